@@ -1,0 +1,108 @@
+"""`DiscreteAdjoint`: the exact reverse-mode derivative of the computed solution.
+
+The forward pass runs the adaptive loop once and records the accepted grid (and what
+the checkpoint strategy keeps).  The backward pass, attached with
+`equinox.filter_custom_vjp`, replays the recorded steps backwards with the hand-derived
+reverse step of `_reverse.py`.  The grid is a constant of the computation, so the result
+is the derivative of exactly what was computed, to round-off.
+
+Derivatives with respect to the times use the continuous formulas
+``dy(t_i)/dt_i = f(t_i, y(t_i))``, ``dL/dt0 = -lam_0 . f(t0, y0) - mu . R(t0, y0)`` and
+``dL/dt1 = mu . R(t1, y(t1))`` (plus the save at ``t1`` when ``saveat`` is ``None``).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._checkpoints import AbstractCheckpoint, StoreStates
+from ._forward import ForwardOutput, Recorder, forward_loop
+from ._results import RESULTS
+from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
+from ._system import Problem, System
+
+
+def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> SolveOutput:
+    """Package a forward pass: grid back to real time, failures raised if ``throw``.
+
+    The failure check runs here, inside the (non-differentiated) forward computation,
+    so that it never has to be differentiated itself.
+    """
+    steps = jnp.where(jnp.isfinite(out.grid), problem.direction * out.grid, jnp.inf)
+    ys, integral, result = out.ys, out.integral, out.result
+    if system.throw:
+        ys, integral = result.error_if((ys, integral), result != RESULTS.successful)
+    return SolveOutput(ys, integral, Record(steps, out.stats, result))
+
+
+@eqx.filter_custom_vjp
+def _solve(problem: Problem, system: System, checkpoint: AbstractCheckpoint) -> SolveOutput:
+    del checkpoint
+    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+
+
+@_solve.def_fwd
+def _solve_fwd(perturbed, problem, system, checkpoint):
+    del perturbed
+    out = forward_loop(system, problem, checkpoint)
+    residuals = (
+        out.store, out.grid, out.num_accepted, out.save_state_index, out.ys, out.y_final,
+        out.result,
+    )
+    return to_solve_output(system, problem, out), residuals
+
+
+@_solve.def_bwd
+def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
+    store, grid, num_accepted, save_state_index, ys, y_final, result = residuals
+    ys_bar, integral_bar, _ = grad_obj
+    if ys_bar is None:
+        ys_bar = jnp.zeros_like(ys)
+    num_q = 0 if integral_bar is None else integral_bar.shape[0]
+    mu = jnp.zeros((num_q,), ys.dtype) if integral_bar is None else integral_bar
+    params, direction = problem.params, problem.direction
+    ok = result == RESULTS.successful
+    ys_bar = eqx.error_if(ys_bar, ~ok, RESULTS[RESULTS.failed_solve_differentiated])
+
+    lam = jnp.zeros_like(problem.y0)
+    pbar = jax.tree.map(jnp.zeros_like, params)
+    lam, pbar = checkpoint.reverse(
+        system, params, direction, store, grid, num_accepted, lam, pbar, mu, ys_bar,
+        save_state_index,
+    )
+
+    def rhs(t, y):
+        return system.rhs(t, y, params)
+
+    def integrand_dot(t, y):
+        if not system.has_integrand:
+            return jnp.zeros((), ys.dtype)
+        return jnp.vdot(mu, system.integrand(t, y, params))
+
+    t0_bar = t1_bar = ts_bar = None
+    if perturbed.t0:
+        t0_bar = -jnp.vdot(lam, rhs(problem.t0, problem.y0)) - integrand_dot(problem.t0, problem.y0)
+    if perturbed.t1:
+        t1_bar = integrand_dot(problem.t1, y_final)
+    if perturbed.ts:
+        slopes = jax.vmap(rhs)(problem.ts, ys)
+        ts_bar = jnp.sum(ys_bar * slopes, axis=-1)
+    y0_bar = lam if perturbed.y0 else None
+    return Problem(y0=y0_bar, params=pbar, t0=t0_bar, t1=t1_bar, ts=ts_bar)
+
+
+class DiscreteAdjoint(AbstractSensitivity):
+    """Reverse mode through the recorded Runge–Kutta steps (the default).
+
+    Exact to round-off: the gradient is the derivative of the discrete solution that
+    was computed, on its recorded step grid.  ``checkpoint`` chooses what the forward
+    pass keeps: `StoreStates` (default), `StoreStages` or `Recursive`.
+    `jax.jvp`/`jax.jacfwd` need `DiscreteForward` instead.
+    """
+
+    checkpoint: AbstractCheckpoint = StoreStates()
+
+    def __call__(self, system: System, problem: Problem) -> SolveOutput:
+        return _solve(problem, system, self.checkpoint)

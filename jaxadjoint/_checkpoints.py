@@ -1,0 +1,93 @@
+"""What the forward pass keeps for the discrete adjoint, and how the reverse pass reads it.
+
+Every strategy replays the same reverse step on the same recorded grid, so they give
+the same gradients; they trade memory against recomputation:
+
+- `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
+  Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the
+  vector–Jacobian products need anyway for their linearisation point.
+- `StoreStages`: keep every live stage value ``Y_m``; no stage recomputation, and the
+  stage linearisations of a step are independent of each other.  Memory
+  ``O(max_steps * s * N)``; it pays only when the stage chain itself is expensive.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import jax.numpy as jnp
+from jax import Array
+
+from ._forward import Recorder
+from ._reverse import reverse_sweep
+from ._solvers import StepOutput
+from ._system import System
+
+
+class AbstractCheckpoint(Recorder):
+    """A recorder for the forward loop plus the matching reverse sweep."""
+
+    @abc.abstractmethod
+    def reverse(
+        self,
+        system: System,
+        params: Any,
+        direction: Array,
+        store: Any,
+        grid: Array,
+        num_accepted: Array,
+        lam: Array,
+        pbar: Any,
+        mu: Array,
+        ys_bar: Array,
+        save_state_index: Array,
+    ) -> tuple[Array, Any]:
+        """Reverse through all accepted steps; return ``(dL/dy0, dL/dparams)``."""
+
+
+class StoreStates(AbstractCheckpoint):
+    """Keep every accepted state ``y_n``; recompute the stages on the way back."""
+
+    def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
+        del num_live
+        return jnp.zeros((max_steps + 1,) + y0.shape, y0.dtype).at[0].set(y0)
+
+    def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
+        del y, live
+        return store.at[n + 1].set(step.y_new)
+
+    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
+                ys_bar, save_state_index):
+        def read(n):
+            return store[n], None
+
+        j = jnp.int32(save_state_index.shape[0] - 1)
+        lam, pbar, _ = reverse_sweep(
+            system, params, direction, grid, num_accepted, jnp.int32(0), read, lam, pbar,
+            mu, ys_bar, save_state_index, j,
+        )
+        return lam, pbar
+
+
+class StoreStages(AbstractCheckpoint):
+    """Keep the live stage values of every accepted step; no recomputation."""
+
+    def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
+        return jnp.zeros((max_steps, num_live) + y0.shape, y0.dtype)
+
+    def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
+        del y
+        return store.at[n].set(jnp.stack([step.stages[m] for m in live]))
+
+    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
+                ys_bar, save_state_index):
+        def read(n):
+            return None, store[n]
+
+        j = jnp.int32(save_state_index.shape[0] - 1)
+        lam, pbar, _ = reverse_sweep(
+            system, params, direction, grid, num_accepted, jnp.int32(0), read, lam, pbar,
+            mu, ys_bar, save_state_index, j,
+        )
+        return lam, pbar

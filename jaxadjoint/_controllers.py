@@ -1,0 +1,279 @@
+"""Step-size controllers and the automatic initial step.
+
+Controllers work in the solver's internal forward time ``tau = direction * t`` (so
+``tau`` always increases and step sizes are positive).  Their decisions — which steps
+are accepted and how long they are — are *recorded constants* of the solve: gradients
+are exact derivatives of the computation on that grid, never through the controller.
+The forward loop runs outside differentiation (inside the custom VJP), so no
+``stop_gradient`` is needed here.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax import Array
+
+from ._solvers import AbstractERK
+
+ControllerState = Any
+
+
+class Tolerances(eqx.Module):
+    """Relative and absolute tolerance of the local error test, as arrays."""
+
+    rtol: Array
+    atol: Array
+
+
+def rms_norm(x: Array) -> Array:
+    """Root-mean-square norm, Hairer's choice: independent of the number of components."""
+    return jnp.sqrt(jnp.mean(jnp.square(x))) if x.size else jnp.zeros((), x.dtype)
+
+
+def scaled_error(y: Array, y_new: Array, y_error: Array, tol: Tolerances) -> Array:
+    """``||err_i / (atol + rtol * max(|y_i|, |y_new_i|))||_rms``; accept when <= 1."""
+    scale = tol.atol + tol.rtol * jnp.maximum(jnp.abs(y), jnp.abs(y_new))
+    return rms_norm(y_error / scale)
+
+
+class AbstractController(eqx.Module):
+    """Chooses the steps of the forward loop.
+
+    `init` gives the first step and the controller's state, `propose` the time the next
+    step aims for, and `adapt` decides from the step just taken whether to accept it
+    and what step to try next.
+    """
+
+    @property
+    @abc.abstractmethod
+    def adaptive(self) -> bool:
+        """Whether the controller uses the solver's error estimate."""
+
+    @abc.abstractmethod
+    def init(
+        self,
+        f: Callable[[Array, Array], Array],
+        tau0: Array,
+        tau1: Array,
+        y0: Array,
+        k0: Array,
+        dt0: Array | None,
+        solver: AbstractERK,
+        tol: Tolerances,
+        direction: Array,
+    ) -> tuple[Array, ControllerState, int]:
+        """Return ``(first step, state, number of rhs evaluations spent)``."""
+
+    def propose(self, tau: Array, h: Array, state: ControllerState) -> Array:
+        """The time the next step aims for (before landing on save times or ``t1``)."""
+        del state
+        return tau + h
+
+    @abc.abstractmethod
+    def adapt(
+        self,
+        y: Array,
+        y_new: Array,
+        y_error: Array | None,
+        k0: Array,
+        h: Array,
+        state: ControllerState,
+        solver: AbstractERK,
+        tol: Tolerances,
+    ) -> tuple[Array, Array, ControllerState]:
+        """Return ``(accept, next step, state)`` after a step of size ``h``."""
+
+
+class ConstantStep(AbstractController):
+    """Steps of fixed size ``dt`` (the last step before a save time or ``t1`` is shortened).
+
+    Step ``n`` ends at ``t0 + n dt`` computed directly, not by accumulation, so long runs
+    do not drift.
+    """
+
+    dt: float | Array
+
+    @property
+    def adaptive(self) -> bool:
+        return False
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        del f, tau1, y0, k0, dt0, solver, tol, direction
+        h = jnp.abs(jnp.asarray(self.dt, tau0.dtype))
+        return h, tau0, 0
+
+    def propose(self, tau, h, state):
+        tau0 = state
+        # Index of the grid point at or just behind tau (tolerant of round-off).
+        n = jnp.floor((tau - tau0) / h + 1e-9)
+        return tau0 + (n + 1) * h
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        del y, y_new, y_error, k0, solver, tol
+        return jnp.array(True), h, state
+
+
+class StepTo(AbstractController):
+    """Step exactly to the given times; ``ts[0]`` must be ``t0`` and ``ts[-1]`` ``t1``."""
+
+    ts: Array
+
+    @property
+    def adaptive(self) -> bool:
+        return False
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        del f, tau1, y0, k0, dt0, solver, tol
+        grid = direction * jnp.asarray(self.ts, tau0.dtype)
+        return grid[1] - grid[0], grid, 0
+
+    def propose(self, tau, h, state):
+        grid = state
+        index = jnp.searchsorted(grid, tau, side="right")
+        return grid[jnp.minimum(index, grid.shape[0] - 1)]
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        del y, y_new, y_error, k0, solver, tol
+        return jnp.array(True), h, state
+
+
+def initial_step(
+    f: Callable[[Array, Array], Array],
+    tau0: Array,
+    y0: Array,
+    k0: Array,
+    order: int,
+    tol: Tolerances,
+) -> Array:
+    """Hairer, Nørsett & Wanner's starting step (Solving ODEs I, II.4), 1 rhs evaluation.
+
+    With ``sc = atol + rtol |y0|``: ``h0 = 0.01 ||y0/sc|| / ||f0/sc||``; one explicit
+    Euler step estimates the second derivative ``d2``, and
+    ``h1 = (0.01 / max(||f0/sc||, d2)) ** (1 / (order + 1))``; the step is
+    ``min(100 h0, h1)``.
+    """
+    scale = tol.atol + tol.rtol * jnp.abs(y0)
+    d0 = rms_norm(y0 / scale)
+    d1 = rms_norm(k0 / scale)
+    tiny = 1e-5
+    h0 = jnp.where((d0 < tiny) | (d1 < tiny), 1e-6, 0.01 * d0 / d1)
+    k1 = f(tau0 + h0, y0 + h0 * k0)
+    d2 = rms_norm((k1 - k0) / scale) / h0
+    big = jnp.maximum(d1, d2)
+    h1 = jnp.where(
+        big <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / big) ** (1.0 / (order + 1))
+    )
+    return jnp.minimum(100 * h0, h1)
+
+
+class _AdaptiveController(AbstractController):
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def _first_step(self, f, tau0, y0, k0, dt0, solver, tol, direction):
+        if dt0 is not None:
+            return jnp.abs(jnp.asarray(dt0, tau0.dtype)), 0
+        return initial_step(f, tau0, y0, k0, solver.order, tol), 1
+
+
+def _exponent_order(solver: AbstractERK) -> int:
+    """Order ``q`` of the error estimate's leading term is ``min(p, p_hat) + 1``."""
+    return min(solver.order, solver.error_order) + 1
+
+
+class IController(_AdaptiveController):
+    """Hairer's standard (integral) controller.
+
+    ``err = ||e / (atol + rtol max(|y|, |y_new|))||_rms``; accept when ``err <= 1``;
+    next step ``h * clip(safety * err ** (-1/q), factor_min, factor_max)`` with ``q`` the
+    order of the error estimate plus one.  After a rejection the step may not grow.
+    """
+
+    safety: float = 0.9
+    factor_min: float = 0.2
+    factor_max: float = 10.0
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        del tau1
+        h, evals = self._first_step(f, tau0, y0, k0, dt0, solver, tol, direction)
+        return h, jnp.array(False), evals
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        del k0
+        rejected_before = state
+        err = scaled_error(y, y_new, y_error, tol)
+        accept = err <= 1
+        q = _exponent_order(solver)
+        factor = self.safety * jnp.where(err == 0, jnp.inf, err) ** (-1.0 / q)
+        factor = jnp.clip(factor, self.factor_min, self.factor_max)
+        factor = jnp.where(rejected_before | ~accept, jnp.minimum(factor, 1.0), factor)
+        return accept, h * factor, ~accept
+
+
+class PIController(_AdaptiveController):
+    """Proportional–integral controller (Gustafsson; Söderlind).
+
+    ``factor = safety * err_n ** (-beta1/q) * err_{n-1} ** (beta2/q)``, clipped to
+    ``[factor_min, factor_max]``.  The memory of the previous error smooths step-size
+    sequences on problems where the I controller oscillates between accept and reject.
+    """
+
+    beta1: float = 0.7
+    beta2: float = 0.4
+    safety: float = 0.9
+    factor_min: float = 0.2
+    factor_max: float = 10.0
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        del tau1
+        h, evals = self._first_step(f, tau0, y0, k0, dt0, solver, tol, direction)
+        return h, jnp.ones((), tau0.dtype), evals
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        del k0
+        prev_err = state
+        err = scaled_error(y, y_new, y_error, tol)
+        accept = err <= 1
+        q = _exponent_order(solver)
+        safe_err = jnp.maximum(err, 1e-10)
+        factor = self.safety * safe_err ** (-self.beta1 / q) * prev_err ** (self.beta2 / q)
+        factor = jnp.clip(factor, self.factor_min, self.factor_max)
+        factor = jnp.where(accept, factor, jnp.minimum(factor, 1.0))
+        return accept, h * factor, jnp.where(accept, safe_err, prev_err)
+
+
+class OdeintController(_AdaptiveController):
+    """The step-size rule of boost::odeint, as used in the paper (section 2.1, eqs. 9–11).
+
+    ``v = max_i |e_i| / (atol + rtol (|y_i| + h |f(t_n, y_n)_i|))`` (odeint's
+    ``default_error_checker`` with ``a_x = a_dxdt = 1`` and the max norm), then
+
+    - ``v > 1``: reject, ``h' = h * max(0.9 v^(-1/(p_E - 1)), 0.2)``;
+    - ``v < 0.5``: accept, ``h' = h * 0.9 v^(-1/p_S)`` (``v`` floored at ``5^(-p_S)``,
+      so the growth is at most 5×);
+    - otherwise accept with ``h' = h``.
+
+    ``p_S`` is the order of the propagated solution and ``p_E`` that of the error
+    estimator (odeint's ``stepper_order`` and ``error_order``).
+    """
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        del tau1
+        h, evals = self._first_step(f, tau0, y0, k0, dt0, solver, tol, direction)
+        return h, None, evals
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        del y_new
+        scale = tol.atol + tol.rtol * (jnp.abs(y) + h * jnp.abs(k0))
+        v = jnp.max(jnp.abs(y_error) / scale) if y.size else jnp.zeros((), y.dtype)
+        p_s, p_e = solver.order, solver.error_order
+        shrink = jnp.maximum(0.9 * v ** (-1.0 / (p_e - 1)), 0.2)
+        grow = 0.9 * jnp.maximum(v, 5.0 ** (-p_s)) ** (-1.0 / p_s)
+        factor = jnp.where(v > 1, shrink, jnp.where(v < 0.5, grow, 1.0))
+        return v <= 1, h * factor, state

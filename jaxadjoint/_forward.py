@@ -1,0 +1,223 @@
+"""The forward loop: an adaptive explicit Runge–Kutta solve that records its grid.
+
+One `jax.lax.while_loop` takes steps until ``t1``.  Each iteration proposes a step,
+shortens it to land exactly on the next save time (or ``t1``), takes it, and lets the
+controller accept or reject it.  Accepted step end-times go into ``grid`` (the record
+the reverse pass replays); a `Recorder` keeps whatever else a sensitivity method needs
+(states, stages or checkpoints).  Buffers have length ``max_steps`` but each iteration
+writes one slot, so the cost follows the steps taken.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from ._results import RESULTS
+from ._solvers import StepOutput, erk_step, stage_time
+from ._system import Problem, System
+
+
+class Recorder(eqx.Module):
+    """What the forward loop keeps for the reverse pass, beyond the step grid.
+
+    `init` allocates the store; `record` is called once per attempted step with the
+    index ``n`` of the step (its start state is ``y_n``) and writes slot ``n`` or
+    ``n + 1``; a rejected attempt is overwritten by the next attempt at the same ``n``.
+    """
+
+    def init(self, max_steps: int, y0: Array, num_live: int) -> Any:
+        del max_steps, y0, num_live
+        return None
+
+    def record(self, store: Any, n: Array, y: Array, step: StepOutput, live: tuple) -> Any:
+        del n, y, step, live
+        return store
+
+
+class ForwardOutput(NamedTuple):
+    ys: Array  # (n_save, N) states at the save times
+    integral: Array  # (Q,) the RK quadrature of the integrand (empty without one)
+    grid: Array  # (max_steps + 1,) accepted step end-times in tau, inf-padded
+    num_accepted: Array  # T, the number of accepted steps
+    save_state_index: Array  # (n_save,) index n of the state y_n saved at ts[i]
+    y_final: Array  # y_T = y(t1)
+    stats: dict[str, Array]
+    result: RESULTS
+    store: Any
+
+
+def quadrature_increment(
+    system: System, tau: Array, h: Array, step: StepOutput, params: Any, direction: Array
+) -> Array:
+    """``h * sum_m b_m R(t_m, Y_m)``: the paper's RK quadrature of the integrand."""
+    tableau = system.solver.tableau
+    acc = None
+    for m, b_m in enumerate(tableau.b):
+        if b_m == 0:
+            continue
+        r = system.field_integrand(
+            stage_time(tau, h, tableau.c[m]), step.stages[m], params, direction
+        )
+        acc = float(b_m) * r if acc is None else acc + float(b_m) * r
+    return h * acc
+
+
+def _store_saves(ys, save_state_index, save_index, taus, tau, y, n):
+    """Write ``y`` into every pending save slot whose time has been reached."""
+    n_save = taus.shape[0]
+
+    def cond(carry):
+        i = carry[2]
+        return (i < n_save) & (taus[jnp.minimum(i, n_save - 1)] <= tau)
+
+    def body(carry):
+        ys, idx, i = carry
+        return ys.at[i].set(y), idx.at[i].set(n), i + 1
+
+    return jax.lax.while_loop(cond, body, (ys, save_state_index, save_index))
+
+
+def forward_loop(system: System, problem: Problem, recorder: Recorder) -> ForwardOutput:
+    """Integrate from ``t0`` to ``t1``, saving at ``ts``; see the module docstring."""
+    solver, controller, tol = system.solver, system.controller, system.tol
+    tableau = solver.tableau
+    params, y0 = problem.params, problem.y0
+    dtype = y0.dtype
+    direction = problem.direction
+    tau0, tau1 = direction * problem.t0, direction * problem.t1
+    taus = direction * problem.ts
+    n_save = taus.shape[0]
+    eps = jnp.finfo(dtype).eps
+
+    def f(tau, y):
+        return system.field(tau, y, params, direction)
+
+    k0 = f(tau0, y0)
+    h0, cstate, init_evals = controller.init(
+        f, tau0, tau1, y0, k0, system.dt0, solver, tol, direction
+    )
+    ys = jnp.zeros((n_save,) + y0.shape, dtype)
+    save_state_index = jnp.zeros((n_save,), jnp.int32)
+    ys, save_state_index, save_index = _store_saves(
+        ys, save_state_index, jnp.int32(0), taus, tau0, y0, jnp.int32(0)
+    )
+    if system.has_integrand:
+        num_q = system.field_integrand(tau0, y0, params, direction).shape[0]
+    else:
+        num_q = 0
+    grid = jnp.full((system.max_steps + 1,), jnp.inf, dtype).at[0].set(tau0)
+    live = tableau.live_stages
+    store = recorder.init(system.max_steps, y0, len(live))
+    evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
+
+    init = dict(
+        tau=tau0,
+        y=y0,
+        k0=k0,
+        h=h0,
+        cstate=cstate,
+        save_index=save_index,
+        ys=ys,
+        save_state_index=save_state_index,
+        integral=jnp.zeros((num_q,), dtype),
+        grid=grid,
+        store=store,
+        num_steps=jnp.int32(0),
+        num_accepted=jnp.int32(0),
+        result=RESULTS.successful,
+    )
+
+    def cond(c):
+        return (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
+            c["num_steps"] < system.max_steps
+        )
+
+    def body(c):
+        tau, y, h, n = c["tau"], c["y"], c["h"], c["num_accepted"]
+        target = jnp.where(c["save_index"] < n_save, taus[jnp.minimum(c["save_index"], n_save - 1)], tau1)
+        tau_prop = controller.propose(tau, h, c["cstate"])
+        lands = tau_prop >= target - 4 * eps * jnp.abs(target)
+        tau_next = jnp.where(lands, target, tau_prop)
+        h_used = tau_next - tau
+        step = erk_step(tableau, f, tau, y, h_used, c["k0"], tau_next)
+        finite = jnp.all(jnp.isfinite(step.y_new))
+        if step.y_error is not None:
+            finite = finite & jnp.all(jnp.isfinite(step.y_error))
+        accept, h_next, cstate = controller.adapt(
+            y, step.y_new, step.y_error, c["k0"], h_used, c["cstate"], solver, tol
+        )
+        accept = accept & finite
+        h_next = jnp.where(finite, h_next, 0.2 * h_used)
+        # A step shortened to land on a save time says little about the next one.
+        h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
+        result = c["result"]
+        if controller.adaptive:
+            too_small = ~accept & (h_next <= 16 * eps * jnp.maximum(jnp.abs(tau), jnp.abs(tau1)))
+            result = RESULTS.where(too_small, RESULTS.nonfinite, result)
+            result = RESULTS.where(too_small & finite, RESULTS.step_size_too_small, result)
+        else:
+            result = RESULTS.where(~finite, RESULTS.nonfinite, result)
+
+        new_tau = jnp.where(accept, tau_next, tau)
+        new_y = jnp.where(accept, step.y_new, y)
+        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        new_k0 = jnp.where(accept, k_next, c["k0"])
+        integral = c["integral"]
+        if system.has_integrand:
+            dq = quadrature_increment(system, tau, h_used, step, params, direction)
+            integral = integral + jnp.where(accept, dq, 0)
+        # Unconditional writes: a rejected attempt leaves data past the accepted grid,
+        # overwritten by the next attempt.
+        grid_new = c["grid"].at[n + 1].set(tau_next)
+        store = recorder.record(c["store"], n, y, step, live)
+        n_new = n + accept.astype(jnp.int32)
+        ys, idx, save_index = _store_saves(
+            c["ys"], c["save_state_index"], c["save_index"], taus, new_tau, new_y, n_new
+        )
+        return dict(
+            tau=new_tau,
+            y=new_y,
+            k0=new_k0,
+            h=h_next,
+            cstate=cstate,
+            save_index=save_index,
+            ys=ys,
+            save_state_index=idx,
+            integral=integral,
+            grid=grid_new,
+            store=store,
+            num_steps=c["num_steps"] + 1,
+            num_accepted=n_new,
+            result=result,
+        )
+
+    final = jax.lax.while_loop(cond, body, init)
+    result = RESULTS.where(
+        (final["result"] == RESULTS.successful) & (final["tau"] < tau1),
+        RESULTS.max_steps_reached,
+        final["result"],
+    )
+    num_steps, num_accepted = final["num_steps"], final["num_accepted"]
+    stats = dict(
+        num_steps=num_steps,
+        num_accepted_steps=num_accepted,
+        num_rejected_steps=num_steps - num_accepted,
+        num_rhs_evals=1 + init_evals + evals_per_step * num_steps,
+    )
+    grid = jnp.where(jnp.arange(grid.shape[0]) <= num_accepted, final["grid"], jnp.inf)
+    return ForwardOutput(
+        ys=final["ys"],
+        integral=final["integral"],
+        grid=grid,
+        num_accepted=num_accepted,
+        save_state_index=final["save_state_index"],
+        y_final=final["y"],
+        stats=stats,
+        result=result,
+        store=final["store"],
+    )

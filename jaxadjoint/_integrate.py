@@ -1,0 +1,205 @@
+"""`solve`: the one entry point.  Validates, packs, dispatches to a sensitivity method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from . import _validation as check
+from ._adjoint import DiscreteAdjoint
+from ._controllers import AbstractController, ConstantStep, IController, StepTo, Tolerances
+from ._sensitivity_base import AbstractSensitivity
+from ._solution import Solution
+from ._solvers import AbstractERK, Dopri5
+from ._system import Problem, System
+
+
+def _split_params(tree: Any) -> tuple[Any, Any, Any]:
+    """(floating arrays, other arrays, non-arrays) of ``tree``."""
+    params, rest = eqx.partition(tree, eqx.is_inexact_array)
+    aux, static = eqx.partition(rest, eqx.is_array)
+    return params, aux, static
+
+
+def _default_controller(
+    solver: AbstractERK, controller: AbstractController | None, dt0: Any
+) -> AbstractController:
+    name = type(solver).__name__
+    if controller is None:
+        if solver.adaptive:
+            return IController()
+        if dt0 is None:
+            raise ValueError(
+                f"`solver={name}()` has no error estimate, so it cannot choose its steps: "
+                "pass `dt0=` (constant steps) or `controller=ConstantStep(dt)`/`StepTo(ts)`"
+            )
+        return ConstantStep(dt0)
+    if not isinstance(controller, AbstractController):
+        raise TypeError(f"`controller` must be a jaxadjoint controller, got {controller!r}")
+    if controller.adaptive and not solver.adaptive:
+        raise ValueError(
+            f"`controller={type(controller).__name__}()` needs an error estimate but "
+            f"`solver={name}()` has none; use an embedded pair (e.g. Dopri5) or "
+            "`ConstantStep`/`StepTo`"
+        )
+    return controller
+
+
+def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any) -> Any:
+    if isinstance(controller, ConstantStep):
+        dt = check.as_real_array("controller.dt", controller.dt, dtype)
+        check.check_scalar("controller.dt", dt)
+        if check.is_concrete(dt) and not (jnp.isfinite(dt) and dt != 0):
+            raise ValueError(f"`ConstantStep.dt` must be finite and non-zero, got {float(dt)}")
+        return ConstantStep(dt)
+    if isinstance(controller, StepTo):
+        ts = check.as_real_array("controller.ts", controller.ts, dtype)
+        if ts.ndim != 1 or ts.shape[0] < 2:
+            raise ValueError("`StepTo.ts` must be a 1-D array of at least two times")
+        direction = jnp.where(t1 >= t0, 1, -1)
+        bad = (ts[0] != t0) | (ts[-1] != t1) | jnp.any(direction * jnp.diff(ts) <= 0)
+        msg = "`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1"
+        if all(check.is_concrete(x) for x in (ts, t0, t1)):
+            if bool(bad):
+                raise ValueError(msg)
+        else:
+            ts = eqx.error_if(ts, bad, msg)
+        return StepTo(ts)
+    return controller
+
+
+@eqx.filter_jit
+def solve(
+    rhs: Callable[[Array, Any, Any], Any],
+    y0: Any,
+    t0: float | Array,
+    t1: float | Array,
+    args: Any = None,
+    *,
+    solver: AbstractERK = Dopri5(),
+    rtol: float | Array = 1e-6,
+    atol: float | Array = 1e-6,
+    dt0: float | Array | None = None,
+    controller: AbstractController | None = None,
+    saveat: Array | None = None,
+    sensitivity: AbstractSensitivity = DiscreteAdjoint(),
+    integrand: Callable[[Array, Any, Any], Any] | None = None,
+    max_steps: int = 4096,
+    throw: bool = True,
+) -> Solution:
+    """Solve ``dy/dt = rhs(t, y, args)`` from ``t0`` to ``t1`` with an explicit RK method.
+
+    Differentiable with `jax.grad`, `jax.jacrev`, `jax.vmap`, `jax.jit` in any
+    composition, with respect to ``y0``, ``args``, arrays that ``rhs``/``integrand``
+    close over (an `equinox.Module` right-hand side included), ``t0``, ``t1`` and
+    ``saveat``.  With the default `DiscreteAdjoint`, gradients are the exact
+    derivative of the computed discrete solution on its recorded step grid.
+
+    Arguments:
+        rhs: ``rhs(t, y, args)``, returning ``dy/dt`` with the structure of ``y``.
+        y0: initial state, a pytree of real floating arrays.
+        t0, t1: the interval; ``t1 < t0`` integrates backwards in time.
+        args: a pytree passed to ``rhs`` and ``integrand``.
+        solver: the Runge–Kutta method (`Dopri5`, `Tsit5`, `CashKarp`, ...).
+        rtol, atol: local error tolerances of adaptive controllers.
+        dt0: first step; chosen automatically when ``None`` (adaptive controllers), the
+            constant step for fixed-step solvers without a ``controller``.
+        controller: `IController` (default for adaptive solvers), `PIController`,
+            `OdeintController`, `ConstantStep` or `StepTo`.
+        saveat: 1-D array of times at which to return the state (steps land on them
+            exactly); ``None`` returns only ``y(t1)``.
+        sensitivity: how derivatives are computed (`DiscreteAdjoint` by default).
+        integrand: ``R(t, y, args)``; ``sol.integral`` is ``int_{t0}^{t1} R dt`` by the
+            solver's own quadrature, differentiable like the states.
+        max_steps: the most steps (accepted and rejected) the solve may take; buffers
+            of this length are preallocated.
+        throw: raise a runtime error when the solve fails; with ``False`` inspect
+            ``sol.result`` instead.
+
+    Returns:
+        A `Solution`.
+    """
+    if not callable(rhs):
+        raise TypeError(f"`rhs` must be callable as rhs(t, y, args), got {type(rhs).__name__}")
+    if not isinstance(solver, AbstractERK):
+        raise TypeError(f"`solver` must be a jaxadjoint solver such as Dopri5(), got {solver!r}")
+    if not isinstance(sensitivity, AbstractSensitivity):
+        raise TypeError(
+            f"`sensitivity` must be a jaxadjoint sensitivity method, got {sensitivity!r}"
+        )
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive integer, got {max_steps!r}")
+    if integrand is not None and not callable(integrand):
+        raise TypeError("`integrand` must be callable as integrand(t, y, args)")
+
+    check.check_floating_tree("y0", y0, allow_integers=False)
+    check.check_floating_tree("args", args, allow_integers=True)
+    y0 = jax.tree.map(jnp.asarray, y0)
+    if not jax.tree.leaves(y0):
+        raise ValueError("`y0` must contain at least one array")
+    y0_flat, unravel_y = ravel_pytree(y0)
+    if y0_flat.size == 0:
+        raise ValueError("`y0` has no elements")
+    dtype = y0_flat.dtype
+    t0 = check.as_real_array("t0", t0, dtype)
+    t1 = check.as_real_array("t1", t1, dtype)
+    check.check_scalar("t0", t0)
+    check.check_scalar("t1", t1)
+    check.check_rhs_output(rhs, t0, y0, args)
+    t0 = check.check_times(t0, t1)
+    rtol = check.as_real_array("rtol", rtol, dtype)
+    atol = check.as_real_array("atol", atol, dtype)
+    check.check_scalar("rtol", rtol)
+    check.check_scalar("atol", atol)
+    rtol, atol = check.check_tolerances(rtol, atol)
+    if dt0 is not None:
+        dt0 = check.as_real_array("dt0", dt0, dtype)
+        check.check_scalar("dt0", dt0)
+        if check.is_concrete(dt0) and not (jnp.isfinite(dt0) and dt0 != 0):
+            raise ValueError(f"`dt0` must be finite and non-zero, got {float(dt0)}")
+    controller = _default_controller(solver, controller, dt0)
+    controller = _check_controller(controller, t0, t1, dtype)
+    if saveat is None:
+        ts = jnp.reshape(t1, (1,))
+    else:
+        ts = check.as_real_array("saveat", saveat, dtype)
+        ts = check.check_save_times(ts, t0, t1)
+
+    unravel_integral = None
+    integrand_cc = None
+    if integrand is not None:
+        check.check_integrand_output(integrand, t0, y0, args)
+        shapes = jax.eval_shape(integrand, t0, y0, args)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), shapes)
+        unravel_integral = ravel_pytree(zeros)[1]
+        integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
+    rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
+    params, aux, static = _split_params((args, rhs_cc, integrand_cc))
+
+    system = System(
+        static_params=static,
+        aux_params=aux,
+        unravel_y=unravel_y,
+        unravel_integral=unravel_integral,
+        solver=solver,
+        controller=controller,
+        tol=Tolerances(rtol, atol),
+        dt0=dt0,
+        max_steps=max_steps,
+        throw=throw,
+    )
+    problem = Problem(y0=y0_flat, params=params, t0=t0, t1=t1, ts=ts)
+    out = sensitivity(system, problem)
+
+    ys = jax.vmap(unravel_y)(out.ys)
+    integral = unravel_integral(out.integral) if unravel_integral is not None else None
+    return Solution(
+        ts=ts, ys=ys, steps=jax.lax.stop_gradient(out.record.steps), integral=integral,
+        stats=out.record.stats, result=out.record.result,
+    )

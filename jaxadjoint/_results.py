@@ -1,0 +1,37 @@
+"""Why a solve ended: an enumeration that travels through `jit` and `vmap`."""
+
+import equinox as eqx
+
+
+class RESULTS(eqx.Enumeration):
+    """Outcome of `jaxadjoint.solve`, stored in `Solution.result`.
+
+    Each message tells the user what to do about it.
+    """
+
+    successful = ""
+    max_steps_reached = (
+        "The solve reached `max_steps` before `t1`. Increase `max_steps`, loosen "
+        "`rtol`/`atol`, or check whether the problem is stiff (explicit Runge–Kutta "
+        "methods need tiny steps on stiff problems)."
+    )
+    nonfinite = (
+        "The right-hand side produced NaN or Inf and shrinking the step did not help. "
+        "Check `rhs` for divisions by zero, logs of negative numbers or blow-up of the "
+        "solution before `t1`."
+    )
+    step_size_too_small = (
+        "The step size fell below the resolution of the time variable: the error "
+        "estimate could not be brought below the tolerance. The problem is probably "
+        "stiff or singular near the current time; loosen `rtol`/`atol` or use a "
+        "shorter interval."
+    )
+    failed_solve_differentiated = (
+        "A solve that failed (see `sol.result`) was differentiated; its gradient would "
+        "be meaningless. Fix the solve (e.g. increase `max_steps`) before taking gradients."
+    )
+
+
+def is_successful(result: RESULTS) -> bool:
+    """`result == RESULTS.successful`, as a (possibly traced) boolean."""
+    return result == RESULTS.successful

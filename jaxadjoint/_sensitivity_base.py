@@ -1,0 +1,38 @@
+"""The interface every sensitivity method (`sensitivity=` of `solve`) implements."""
+
+from __future__ import annotations
+
+import abc
+from typing import NamedTuple
+
+import equinox as eqx
+from jax import Array
+
+from ._results import RESULTS
+from ._system import Problem, System
+
+
+class Record(NamedTuple):
+    """Non-differentiable facts about the forward solve."""
+
+    steps: Array  # (max_steps + 1,) accepted grid in real time, inf-padded
+    stats: dict[str, Array]
+    result: RESULTS
+
+
+class SolveOutput(NamedTuple):
+    ys: Array  # (n_save, N)
+    integral: Array  # (Q,)
+    record: Record
+
+
+class AbstractSensitivity(eqx.Module):
+    """How derivatives of `solve`'s outputs with respect to its inputs are computed.
+
+    `__call__` must return the forward solution and make it differentiable (by a custom
+    VJP or JVP rule) with respect to every leaf of ``problem``.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, system: System, problem: Problem) -> SolveOutput:
+        """Solve, returning outputs differentiable with respect to ``problem``."""

@@ -1,0 +1,33 @@
+"""The result of `solve`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+from jax import Array
+
+from ._results import RESULTS
+
+
+class Solution(eqx.Module):
+    """What `jaxadjoint.solve` returns.
+
+    Attributes:
+        ts: the save times, shape ``(n_save,)`` (``[t1]`` when ``saveat`` is ``None``).
+        ys: the state at ``ts``, a pytree like ``y0`` with a leading time axis.
+        steps: the accepted step grid ``t_0, t_1, ..., t_T``, padded with ``inf`` to
+            length ``max_steps + 1``.  A constant of the computation: not differentiated.
+        integral: ``int_{t0}^{t1} R(t, y, args) dt`` by the Runge–Kutta quadrature of the
+            solve, a pytree like ``R``'s output; ``None`` without ``integrand``.
+        stats: ``num_steps`` (attempted), ``num_accepted_steps``, ``num_rejected_steps``,
+            ``num_rhs_evals`` of the forward solve.
+        result: `RESULTS.successful` or the reason for failure.
+    """
+
+    ts: Array
+    ys: Any
+    steps: Array
+    integral: Any
+    stats: dict[str, Array]
+    result: RESULTS

@@ -1,0 +1,161 @@
+"""Explicit Runge–Kutta solvers: each is a tableau; one generic step serves them all.
+
+The state is a flat vector throughout (pytrees are ravelled once by `solve`), so a step
+is a handful of fused vector operations and the stage values stack into matrices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax import Array
+
+from . import _tableaus as tab
+from ._tableaus import ButcherTableau
+
+# f(t, y) -> dy/dt on flat vectors, with the parameters already bound.
+FlatField = Callable[[Array, Array], Array]
+
+
+def linear_combination(y: Array, h: Array, coeffs: Sequence[float], ks: Sequence[Array]) -> Array:
+    """``y + h * sum_j coeffs[j] * ks[j]``, skipping zero coefficients.
+
+    The forward step, the reverse pass and every checkpoint strategy build stage values
+    through this one function, so they perform the same arithmetic in the same order.
+    """
+    acc = None
+    for coeff, k in zip(coeffs, ks):
+        if coeff == 0:
+            continue
+        term = float(coeff) * k
+        acc = term if acc is None else acc + term
+    return y if acc is None else y + h * acc
+
+
+def stage_time(t: Array, h: Array, c: float) -> Array:
+    """Time of a stage, ``t + c h`` (exactly ``t`` for ``c == 0``)."""
+    return t if c == 0 else t + float(c) * h
+
+
+class StepOutput(NamedTuple):
+    y_new: Array
+    y_error: Array | None  # h * sum b_error k; None without an embedded pair
+    stages: list[Array]  # Y_m for m < s (stage inputs)
+    ks: list[Array]  # k_m for m < s (stage slopes)
+
+
+def erk_step(
+    tableau: ButcherTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array, t_next: Array
+) -> StepOutput:
+    """One explicit Runge–Kutta step of size ``h = t_next - t`` from ``(t, y)``.
+
+    ``k1 = f(t, y)`` is passed in (it is the FSAL stage of the previous step, or was
+    computed once after the last accepted step).  For FSAL tableaus the last stage is
+    evaluated at ``(t_next, y_new)``: it is then exactly the ``k1`` of the next step.
+    """
+    a, b, c = tableau.a, tableau.b, tableau.c
+    s = tableau.num_stages
+    ks, stages = [k1], [y]
+    y_new = None
+    for m in range(1, s):
+        if tableau.fsal and m == s - 1:
+            y_new = linear_combination(y, h, b[:m], ks)
+            ks.append(f(t_next, y_new))
+            stages.append(y_new)
+        else:
+            stage = linear_combination(y, h, a[m, :m], ks)
+            ks.append(f(stage_time(t, h, c[m]), stage))
+            stages.append(stage)
+    if y_new is None:
+        y_new = linear_combination(y, h, b, ks)
+    y_error = None
+    if tableau.b_error is not None:
+        y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
+    return StepOutput(y_new, y_error, stages, ks)
+
+
+class AbstractERK(eqx.Module):
+    """An explicit Runge–Kutta method, fully described by its Butcher tableau."""
+
+    tableau: ClassVar[ButcherTableau]
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the method has an embedded error estimate (can adapt its step)."""
+        return self.tableau.b_error is not None
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int | None:
+        return self.tableau.error_order
+
+    @property
+    def rhs_evals_per_step(self) -> int:
+        """Evaluations per step when the first stage is reused (FSAL or carried)."""
+        return self.tableau.num_stages - 1
+
+
+class Euler(AbstractERK):
+    """Explicit Euler, order 1. Fixed step only."""
+
+    tableau: ClassVar[ButcherTableau] = tab.EULER
+
+
+class Heun(AbstractERK):
+    """Heun's method (explicit trapezoidal rule), order 2. Fixed step only."""
+
+    tableau: ClassVar[ButcherTableau] = tab.HEUN
+
+
+class RK4(AbstractERK):
+    """The classical fourth-order Runge–Kutta method. Fixed step only."""
+
+    tableau: ClassVar[ButcherTableau] = tab.RK4
+
+
+class BogackiShampine(AbstractERK):
+    """Bogacki–Shampine 3(2), FSAL; good at loose tolerances."""
+
+    tableau: ClassVar[ButcherTableau] = tab.BOGACKI_SHAMPINE
+
+
+class Fehlberg45(AbstractERK):
+    """Runge–Kutta–Fehlberg 4(5), propagating the fourth-order solution."""
+
+    tableau: ClassVar[ButcherTableau] = tab.FEHLBERG45
+
+
+class CashKarp(AbstractERK):
+    """Cash–Karp 5(4), the method of the paper's experiments (with `OdeintController`)."""
+
+    tableau: ClassVar[ButcherTableau] = tab.CASH_KARP
+
+
+class Dopri5(AbstractERK):
+    """Dormand–Prince 5(4), FSAL. The default."""
+
+    tableau: ClassVar[ButcherTableau] = tab.DOPRI5
+
+
+class Tsit5(AbstractERK):
+    """Tsitouras 5(4), FSAL; often slightly more efficient than Dopri5."""
+
+    tableau: ClassVar[ButcherTableau] = tab.TSIT5
+
+
+class Vern6(AbstractERK):
+    """Verner's "most efficient" 6(5) pair; for tight tolerances."""
+
+    tableau: ClassVar[ButcherTableau] = tab.VERN6
+
+
+class Vern7(AbstractERK):
+    """Verner's "most efficient" 7(6) pair; for very tight tolerances."""
+
+    tableau: ClassVar[ButcherTableau] = tab.VERN7

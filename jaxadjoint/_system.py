@@ -1,0 +1,86 @@
+"""The ODE as the solver sees it: flat vectors, internal forward time, split parameters.
+
+`solve` ravels the state pytree once, closure-converts `rhs` and `integrand` (so arrays
+they close over become leaves that can be differentiated), and splits everything into
+
+- `Problem`: the differentiable data of one solve — ``y0`` (flat), ``params`` (every
+  floating array of ``args``, ``rhs`` and ``integrand``), ``t0``, ``t1`` and the save
+  times ``ts``;
+- `System`: everything else — the static half of the parameters, how to unravel the
+  state, the solver, the controller, the tolerances and ``max_steps``.
+
+Internally the solver integrates in ``tau = direction * t`` with
+``direction = sign(t1 - t0)``, so that time always increases; the vector field in
+``tau`` is ``direction * rhs(direction * tau, y)``.  Multiplying by ``±1`` is exact, so
+the step grid and every stage are bitwise those of a solve written in ``t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from ._controllers import AbstractController, Tolerances
+from ._solvers import AbstractERK
+
+
+class Problem(eqx.Module):
+    """The differentiable inputs of one solve."""
+
+    y0: Array  # flat state, shape (N,)
+    params: Any  # floating arrays of (args, rhs, integrand); None elsewhere
+    t0: Array
+    t1: Array
+    ts: Array  # save times, shape (n_save,)
+
+    @property
+    def direction(self) -> Array:
+        """+1 for a forward solve, -1 for a backward one (``t1 < t0``)."""
+        return jnp.where(self.t1 >= self.t0, 1, -1).astype(self.t0.dtype)
+
+
+class System(eqx.Module):
+    """The non-differentiable description of one solve."""
+
+    static_params: Any = eqx.field(static=True)  # non-array parts of (args, rhs, integrand)
+    aux_params: Any  # non-floating arrays of (args, rhs, integrand): not differentiated
+    unravel_y: Callable[[Array], Any] = eqx.field(static=True)
+    unravel_integral: Callable[[Array], Any] | None = eqx.field(static=True)
+    solver: AbstractERK
+    controller: AbstractController
+    tol: Tolerances
+    dt0: Array | None
+    max_steps: int = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+
+    @property
+    def has_integrand(self) -> bool:
+        return self.unravel_integral is not None
+
+    def _parts(self, params: Any) -> tuple[Any, Callable, Callable | None]:
+        return eqx.combine(params, self.aux_params, self.static_params)
+
+    def rhs(self, t: Array, y: Array, params: Any) -> Array:
+        """The user's ``rhs`` in real time on the flat state."""
+        args, rhs, _ = self._parts(params)
+        out = ravel_pytree(rhs(t, self.unravel_y(y), args))[0]
+        return out.astype(y.dtype)
+
+    def integrand(self, t: Array, y: Array, params: Any) -> Array:
+        """The user's ``integrand`` ``R(t, y, args)`` in real time, flat."""
+        args, _, integrand = self._parts(params)
+        out = ravel_pytree(integrand(t, self.unravel_y(y), args))[0]
+        return out.astype(y.dtype)
+
+    def field(self, tau: Array, y: Array, params: Any, direction: Array) -> Array:
+        """The vector field in internal time: ``direction * rhs(direction * tau, y)``."""
+        return direction * self.rhs(direction * tau, y, params)
+
+    def field_integrand(self, tau: Array, y: Array, params: Any, direction: Array) -> Array:
+        """The integrand in internal time, so that ``integral = int R dtau`` in ``tau``."""
+        return direction * self.integrand(direction * tau, y, params)

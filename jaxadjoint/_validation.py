@@ -1,0 +1,135 @@
+"""Input checks for `solve`: structural problems raise at trace time, values at run time.
+
+Every message names the argument and says what was expected.  Values that are only
+known at run time (traced times, tolerances, save times) are checked with
+`equinox.error_if`, which raises when the compiled program runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+
+def is_concrete(x: Any) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_floating_tree(name: str, tree: Any, *, allow_integers: bool) -> None:
+    """Leaves of ``tree`` must be real floating arrays (or, if allowed, integer/bool)."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if not eqx.is_array_like(leaf):
+            continue
+        dtype = jnp.result_type(leaf)
+        where = f"{name}{jax.tree_util.keystr(path)}"
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise ValueError(
+                f"`{where}` has complex dtype {dtype}; jaxadjoint integrates real systems. "
+                "Split complex states into real and imaginary parts."
+            )
+        if not jnp.issubdtype(dtype, jnp.floating) and not allow_integers:
+            raise ValueError(
+                f"`{where}` has dtype {dtype}; expected a floating dtype such as float64 "
+                "(integer states cannot be integrated or differentiated)."
+            )
+
+
+def as_real_array(name: str, x: Any, dtype: Any) -> Array:
+    """A real array of ``dtype`` from a Python number or array; complex is an error."""
+    if eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x), jnp.complexfloating):
+        raise ValueError(f"`{name}` must be real, got a complex value")
+    if not eqx.is_array_like(x):
+        raise ValueError(f"`{name}` must be a real number or array, got {type(x).__name__}")
+    return jnp.asarray(x, dtype)
+
+
+def check_scalar(name: str, x: Array) -> None:
+    if jnp.ndim(x) != 0:
+        raise ValueError(f"`{name}` must be a scalar, got shape {jnp.shape(x)}")
+
+
+def check_times(t0: Array, t1: Array) -> Array:
+    """``t0`` and ``t1`` finite and different; returns ``t0`` guarded at run time."""
+    msg_finite = "`t0` and `t1` must be finite"
+    msg_equal = "`t1` must differ from `t0` (an empty interval has no solution to differentiate)"
+    if is_concrete(t0) and is_concrete(t1):
+        if not (np.isfinite(t0) and np.isfinite(t1)):
+            raise ValueError(f"{msg_finite}, got t0={float(t0)}, t1={float(t1)}")
+        if float(t0) == float(t1):
+            raise ValueError(f"{msg_equal}; got t0 = t1 = {float(t0)}")
+        return t0
+    t0 = eqx.error_if(t0, ~(jnp.isfinite(t0) & jnp.isfinite(t1)), msg_finite)
+    return eqx.error_if(t0, t0 == t1, msg_equal)
+
+
+def check_tolerances(rtol: Array, atol: Array) -> tuple[Array, Array]:
+    msg = "`rtol` and `atol` must be finite and non-negative, and not both zero"
+    bad = (
+        ~jnp.isfinite(rtol) | ~jnp.isfinite(atol) | (rtol < 0) | (atol < 0)
+        | ((rtol == 0) & (atol == 0))
+    )
+    if is_concrete(rtol) and is_concrete(atol):
+        if bool(bad):
+            raise ValueError(f"{msg}; got rtol={float(rtol)}, atol={float(atol)}")
+        return rtol, atol
+    return eqx.error_if(rtol, bad, msg), atol
+
+
+def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
+    """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it."""
+    if ts.ndim != 1 or ts.shape[0] == 0:
+        raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
+    direction = jnp.where(t1 >= t0, 1, -1)
+    taus = direction * ts
+    bad_order = jnp.any(jnp.diff(taus) < 0) if ts.shape[0] > 1 else jnp.array(False)
+    outside = jnp.any(taus < direction * t0) | jnp.any(taus > direction * t1)
+    nonfinite = ~jnp.all(jnp.isfinite(ts))
+    msg = (
+        "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
+        "(non-decreasing for t1 > t0)"
+    )
+    if all(is_concrete(x) for x in (ts, t0, t1)):
+        if bool(bad_order | outside | nonfinite):
+            raise ValueError(f"{msg}; got {np.asarray(ts)} with t0={float(t0)}, t1={float(t1)}")
+        return ts
+    return eqx.error_if(ts, bad_order | outside | nonfinite, msg)
+
+
+def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs") -> None:
+    """``rhs(t0, y0, args)`` must return the structure, shapes and a floating dtype of y0."""
+    try:
+        out = jax.eval_shape(rhs, t0, y0, args)
+    except Exception as e:  # noqa: BLE001 - re-raised with context
+        raise type(e)(f"calling `{name}(t0, y0, args)` failed: {e}") from e
+    expected = jax.tree.structure(y0)
+    got = jax.tree.structure(out)
+    if got != expected:
+        raise ValueError(
+            f"`{name}` must return a pytree with the structure of `y0`; expected {expected}, "
+            f"got {got}"
+        )
+    for (path, o), y in zip(jax.tree_util.tree_leaves_with_path(out), jax.tree.leaves(y0)):
+        if o.shape != jnp.shape(y):
+            raise ValueError(
+                f"`{name}` returned shape {o.shape} at {jax.tree_util.keystr(path) or 'the root'}"
+                f" but `y0` has shape {jnp.shape(y)} there"
+            )
+        if not jnp.issubdtype(o.dtype, jnp.floating):
+            raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
+
+
+def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> None:
+    try:
+        out = jax.eval_shape(integrand, t0, y0, args)
+    except Exception as e:  # noqa: BLE001 - re-raised with context
+        raise type(e)(f"calling `integrand(t0, y0, args)` failed: {e}") from e
+    for leaf in jax.tree.leaves(out):
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            raise ValueError(f"`integrand` must return floating arrays, got dtype {leaf.dtype}")
+    if not jax.tree.leaves(out):
+        raise ValueError("`integrand` returned no arrays; it must return a pytree of floats")
