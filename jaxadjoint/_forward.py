@@ -209,7 +209,7 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         num_rejected_steps=num_steps - num_accepted,
         num_rhs_evals=1 + init_evals + evals_per_step * num_steps,
     )
-    grid = jnp.where(jnp.arange(grid.shape[0]) <= num_accepted, final["grid"], jnp.inf)
+    grid = jnp.where(jnp.arange(grid.shape[0], dtype=jnp.int32) <= num_accepted, final["grid"], jnp.inf)
     return ForwardOutput(
         ys=final["ys"],
         integral=final["integral"],

@@ -48,45 +48,70 @@ def reverse_step(
 
     ``stages`` holds the live stage values ``Y_m`` if the forward pass stored them;
     otherwise they are recomputed from ``y = y_n`` with exactly the forward arithmetic.
+
+    The state adjoints ``Ybar_m`` must be computed stage by stage, but the parameter
+    adjoint is linear in the ``kbar_m``: it is computed once per step, as one
+    vector–Jacobian product of the stages stacked along a new axis.  For parameters
+    entering as matrices (``A y``) that is one matrix–matrix product instead of ``s``
+    outer products, and XLA can no longer pull the stage arithmetic into an ``N^2`` loop.
     """
     tableau = system.solver.tableau
     a, b, c = tableau.a, tableau.b, tableau.c
     live = tableau.live_stages
+    quad = [m for m in live if b[m] != 0] if system.has_integrand else []
     ks: list[Array | None] = [None] * tableau.num_stages
-    field_vjps, integrand_vjps = {}, {}
+    stage_values, stage_times, state_vjps, integrand_vjps = {}, {}, {}, {}
     for i, m in enumerate(live):
         t_m = stage_time(tau, h, c[m])
         stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
-
-        def field(Y, p, t_m=t_m):
-            return system.field(t_m, Y, p, direction)
-
-        ks[m], field_vjps[m] = jax.vjp(field, stage, params)
-        if system.has_integrand and b[m] != 0:
-
-            def integrand(Y, p, t_m=t_m):
-                return system.field_integrand(t_m, Y, p, direction)
-
-            _, integrand_vjps[m] = jax.vjp(integrand, stage, params)
+        stage_values[m], stage_times[m] = stage, t_m
+        ks[m], state_vjps[m] = jax.vjp(
+            lambda Y, t_m=t_m: system.field(t_m, Y, params, direction), stage
+        )
+        if m in quad:
+            _, integrand_vjps[m] = jax.vjp(
+                lambda Y, t_m=t_m: system.field_integrand(t_m, Y, params, direction), stage
+            )
 
     stage_bars: dict[int, Array] = {}
-    pbar = None
+    kbars: dict[int, Array] = {}
     for m in reversed(live):
         later = [q for q in live if q > m and a[q, m] != 0]
-        kbar = linear_combination(
+        kbars[m] = linear_combination(
             jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
             [lam] + [stage_bars[q] for q in later],
         )
-        stage_bar, p_bar = field_vjps[m](kbar)
-        if m in integrand_vjps:
-            r_stage_bar, r_p_bar = integrand_vjps[m]((float(b[m]) * h) * mu)
-            stage_bar = stage_bar + r_stage_bar
-            p_bar = tree_add(p_bar, r_p_bar)
+        (stage_bar,) = state_vjps[m](kbars[m])
+        if m in quad:
+            (r_bar,) = integrand_vjps[m]((float(b[m]) * h) * mu)
+            stage_bar = stage_bar + r_bar
         stage_bars[m] = stage_bar
-        pbar = p_bar if pbar is None else tree_add(pbar, p_bar)
     lam_n = lam
     for m in live:
         lam_n = lam_n + stage_bars[m]
+
+    # One parameter VJP for all stages of the step.
+    live_times = jnp.stack([stage_times[m] for m in live])
+    live_stages = jnp.stack([stage_values[m] for m in live])
+
+    def stage_fields(p):
+        return jax.vmap(lambda t, Y: system.field(t, Y, p, direction))(live_times, live_stages)
+
+    _, params_vjp = jax.vjp(stage_fields, params)
+    (pbar,) = params_vjp(jnp.stack([kbars[m] for m in live], axis=-2))
+    if quad:
+        quad_times = jnp.stack([stage_times[m] for m in quad])
+        quad_stages = jnp.stack([stage_values[m] for m in quad])
+        weights = jnp.asarray([b[m] for m in quad], mu.dtype)[:, None] * h
+
+        def stage_integrands(p):
+            return jax.vmap(lambda t, Y: system.field_integrand(t, Y, p, direction))(
+                quad_times, quad_stages
+            )
+
+        _, integrand_params_vjp = jax.vjp(stage_integrands, params)
+        (r_pbar,) = integrand_params_vjp(weights * mu[..., None, :])
+        pbar = tree_add(pbar, r_pbar)
     return lam_n, pbar
 
 
