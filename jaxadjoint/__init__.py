@@ -33,6 +33,7 @@ from ._solvers import (
     Tsit5 as Tsit5,
     Vern6 as Vern6,
     Vern7 as Vern7,
+    Vern8 as Vern8,
 )
 from ._tableaus import ButcherTableau as ButcherTableau
 

@@ -150,7 +150,7 @@ class Tsit5(AbstractERK):
 
 
 class Vern6(AbstractERK):
-    """Verner's "most efficient" 6(5) pair; for tight tolerances."""
+    """Verner's "most efficient" 6(5) pair, FSAL; for tight tolerances."""
 
     tableau: ClassVar[ButcherTableau] = tab.VERN6
 
@@ -159,3 +159,9 @@ class Vern7(AbstractERK):
     """Verner's "most efficient" 7(6) pair; for very tight tolerances."""
 
     tableau: ClassVar[ButcherTableau] = tab.VERN7
+
+
+class Vern8(AbstractERK):
+    """Verner's "most efficient" 8(7) pair; for very tight tolerances."""
+
+    tableau: ClassVar[ButcherTableau] = tab.VERN8

@@ -17,7 +17,7 @@ import jaxadjoint as ja
 
 ADAPTIVE_SOLVERS = [
     ja.BogackiShampine(), ja.Fehlberg45(), ja.CashKarp(), ja.Dopri5(), ja.Tsit5(), ja.Vern6(),
-    ja.Vern7(),
+    ja.Vern7(), ja.Vern8(),
 ]
 FIXED_SOLVERS = [ja.Euler(), ja.Heun(), ja.RK4()]
 ALL_SOLVERS = FIXED_SOLVERS + ADAPTIVE_SOLVERS
