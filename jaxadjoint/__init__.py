@@ -18,10 +18,13 @@ from ._controllers import (
     StepTo as StepTo,
 )
 from ._integrate import solve as solve
+from ._recursive import Recursive as Recursive
+from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._solution import Solution as Solution
 from ._solvers import (
+    RK4 as RK4,
     AbstractERK as AbstractERK,
     BogackiShampine as BogackiShampine,
     CashKarp as CashKarp,
@@ -29,7 +32,6 @@ from ._solvers import (
     Euler as Euler,
     Fehlberg45 as Fehlberg45,
     Heun as Heun,
-    RK4 as RK4,
     Tsit5 as Tsit5,
     Vern6 as Vern6,
     Vern7 as Vern7,
@@ -38,3 +40,12 @@ from ._solvers import (
 from ._tableaus import ButcherTableau as ButcherTableau
 
 __version__ = "0.1.0"
+from ._continuous_adjoint import ContinuousAdjoint as ContinuousAdjoint
+from ._discrete_forward import DiscreteForward as DiscreteForward
+from ._finite_differences import FiniteDifferences as FiniteDifferences
+from ._forward_sensitivity import (
+    ForwardSensitivity as ForwardSensitivity,
+    SensitivityTrajectory as SensitivityTrajectory,
+    normalised_sensitivities as normalised_sensitivities,
+    sensitivity_trajectory as sensitivity_trajectory,
+)

@@ -139,7 +139,8 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
 
     def body(c):
         tau, y, h, n = c["tau"], c["y"], c["h"], c["num_accepted"]
-        target = jnp.where(c["save_index"] < n_save, taus[jnp.minimum(c["save_index"], n_save - 1)], tau1)
+        next_save = taus[jnp.minimum(c["save_index"], n_save - 1)]
+        target = jnp.where(c["save_index"] < n_save, next_save, tau1)
         tau_prop = controller.propose(tau, h, c["cstate"])
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
@@ -209,7 +210,8 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         num_rejected_steps=num_steps - num_accepted,
         num_rhs_evals=1 + init_evals + evals_per_step * num_steps,
     )
-    grid = jnp.where(jnp.arange(grid.shape[0], dtype=jnp.int32) <= num_accepted, final["grid"], jnp.inf)
+    slots = jnp.arange(grid.shape[0], dtype=jnp.int32)
+    grid = jnp.where(slots <= num_accepted, final["grid"], jnp.inf)
     return ForwardOutput(
         ys=final["ys"],
         integral=final["integral"],

@@ -19,7 +19,7 @@ one unbatched stage recomputation and batched (matrix–matrix) vector–Jacobia
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,27 +33,37 @@ def tree_add(a: Any, b: Any) -> Any:
     return jax.tree.map(jnp.add, a, b)
 
 
-def reverse_step(
+class StageCotangents(NamedTuple):
+    """What a step's reverse pass leaves for the parameter adjoint.
+
+    The parameter adjoint of a step is ``sum_m (df/dp)(t_m, Y_m)^T kbar_m`` plus the
+    integrand's ``sum_m (dR/dp)(t_m, Y_m)^T (h b_m mu)``: linear in the cotangents, so
+    many stages (of many steps) can share one vector–Jacobian product.
+    """
+
+    times: Array  # (L,) live stage times
+    stages: Array  # (L, N) live stage values Y_m
+    kbars: Array  # (L, N) their cotangents
+    quad_times: Array  # (Q_s,) times of stages with b_m != 0 (integrand only)
+    quad_stages: Array  # (Q_s, N)
+    quad_weights: Array  # (Q_s,) h b_m
+
+
+def reverse_step_state(
     system: System,
     tau: Array,
     h: Array,
-    y: Array,
+    y: Array | None,
     stages: Array | None,
     lam: Array,
     mu: Array,
     params: Any,
     direction: Array,
-) -> tuple[Array, Any]:
-    """Adjoint of one step: returns ``(lam_n, pbar of this step)``.
+) -> tuple[Array, StageCotangents]:
+    """State adjoint of one step: returns ``lam_n`` and the stage cotangents.
 
     ``stages`` holds the live stage values ``Y_m`` if the forward pass stored them;
     otherwise they are recomputed from ``y = y_n`` with exactly the forward arithmetic.
-
-    The state adjoints ``Ybar_m`` must be computed stage by stage, but the parameter
-    adjoint is linear in the ``kbar_m``: it is computed once per step, as one
-    vector–Jacobian product of the stages stacked along a new axis.  For parameters
-    entering as matrices (``A y``) that is one matrix–matrix product instead of ``s``
-    outer products, and XLA can no longer pull the stage arithmetic into an ``N^2`` loop.
     """
     tableau = system.solver.tableau
     a, b, c = tableau.a, tableau.b, tableau.c
@@ -90,29 +100,67 @@ def reverse_step(
     for m in live:
         lam_n = lam_n + stage_bars[m]
 
-    # One parameter VJP for all stages of the step.
-    live_times = jnp.stack([stage_times[m] for m in live])
-    live_stages = jnp.stack([stage_values[m] for m in live])
-
-    def stage_fields(p):
-        return jax.vmap(lambda t, Y: system.field(t, Y, p, direction))(live_times, live_stages)
-
-    _, params_vjp = jax.vjp(stage_fields, params)
-    (pbar,) = params_vjp(jnp.stack([kbars[m] for m in live], axis=-2))
+    dtype = lam.dtype
     if quad:
         quad_times = jnp.stack([stage_times[m] for m in quad])
         quad_stages = jnp.stack([stage_values[m] for m in quad])
-        weights = jnp.asarray([b[m] for m in quad], mu.dtype)[:, None] * h
+        quad_weights = h * jnp.asarray([b[m] for m in quad], dtype)
+    else:
+        quad_times = quad_weights = jnp.zeros((0,), dtype)
+        quad_stages = jnp.zeros((0,) + lam.shape[-1:], dtype)
+    cotangents = StageCotangents(
+        times=jnp.stack([stage_times[m] for m in live]),
+        stages=jnp.stack([stage_values[m] for m in live]),
+        kbars=jnp.stack([kbars[m] for m in live], axis=-2),
+        quad_times=quad_times,
+        quad_stages=quad_stages,
+        quad_weights=quad_weights,
+    )
+    return lam_n, cotangents
+
+
+def params_cotangent(
+    system: System, params: Any, direction: Array, cot: StageCotangents, mu: Array
+) -> Any:
+    """``sum_m (df/dp)^T kbar_m + (dR/dp)^T (w_m mu)`` over all stages in ``cot``.
+
+    One vector–Jacobian product of the right-hand side mapped over the stacked stages:
+    for parameters entering as matrices (``A y``) this is one matrix–matrix product
+    rather than an outer product per stage.
+    """
+
+    def stage_fields(p):
+        return jax.vmap(lambda t, Y: system.field(t, Y, p, direction))(cot.times, cot.stages)
+
+    _, vjp = jax.vjp(stage_fields, params)
+    (pbar,) = vjp(cot.kbars)
+    if cot.quad_times.shape[0]:
 
         def stage_integrands(p):
             return jax.vmap(lambda t, Y: system.field_integrand(t, Y, p, direction))(
-                quad_times, quad_stages
+                cot.quad_times, cot.quad_stages
             )
 
-        _, integrand_params_vjp = jax.vjp(stage_integrands, params)
-        (r_pbar,) = integrand_params_vjp(weights * mu[..., None, :])
+        _, integrand_vjp = jax.vjp(stage_integrands, params)
+        (r_pbar,) = integrand_vjp(cot.quad_weights[:, None] * mu[..., None, :])
         pbar = tree_add(pbar, r_pbar)
-    return lam_n, pbar
+    return pbar
+
+
+def reverse_step(
+    system: System,
+    tau: Array,
+    h: Array,
+    y: Array | None,
+    stages: Array | None,
+    lam: Array,
+    mu: Array,
+    params: Any,
+    direction: Array,
+) -> tuple[Array, Any]:
+    """Adjoint of one step: returns ``(lam_n, pbar of this step)``."""
+    lam_n, cot = reverse_step_state(system, tau, h, y, stages, lam, mu, params, direction)
+    return lam_n, params_cotangent(system, params, direction, cot, mu)
 
 
 def inject_saves(
@@ -131,6 +179,16 @@ def inject_saves(
     return jax.lax.while_loop(cond, body, (lam, j))
 
 
+# Steps reversed per loop iteration.  The parameter adjoint of a block is one VJP over
+# its BLOCK * s stages: under `jax.jacrev` that writes the (seeds x parameters) cotangent
+# once per block instead of once per stage, which is what bounds the Jacobian's speed.
+BLOCK = 4
+
+
+def _concat(trees: list[StageCotangents]) -> StageCotangents:
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=-2 if xs[0].ndim > 1 else 0), *trees)
+
+
 def reverse_sweep(
     system: System,
     params: Any,
@@ -138,7 +196,7 @@ def reverse_sweep(
     grid: Array,
     n_hi: Array,
     n_lo: Array,
-    read: Callable[[Array], tuple[Array, Array | None]],
+    read: Callable[[Array], tuple[Array | None, Array | None]],
     lam: Array,
     pbar: Any,
     mu: Array,
@@ -149,24 +207,44 @@ def reverse_sweep(
     """Reverse through steps ``n_hi - 1, ..., n_lo``; returns ``(lam_{n_lo}, pbar, j)``.
 
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
-    ``read(n)`` returns ``(y_n, stages_n or None)``.  It is called one iteration ahead
-    and its result carried, because slicing a stored buffer inside the body lets XLA
-    fuse the slice into every consumer of the stage arithmetic and lose vectorisation.
+    ``read(n)`` returns ``(y_n or None, live stages of step n or None)``; it must be a
+    pure indexing function (it is mapped over the steps of a block).  Steps go in blocks
+    of `BLOCK`; steps below ``n_lo`` in the last block are masked out.  A block's data
+    is read one iteration ahead and carried, because slicing a stored buffer inside the
+    body lets XLA fuse the slice into every consumer and lose vectorisation.
     """
     lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
+    offsets = jnp.arange(BLOCK, dtype=jnp.int32)
+
+    def read_block(n_top):
+        index = jnp.maximum(n_top - offsets, 0)
+        return jax.vmap(read)(index), grid[index], grid[index + 1]
 
     def cond(carry):
         return carry[0] >= n_lo
 
     def body(carry):
-        n, (y, stages), lam, pbar, j = carry
-        tau = grid[n]
-        h = grid[n + 1] - tau
-        lam, p_step = reverse_step(system, tau, h, y, stages, lam, mu, params, direction)
-        pbar = tree_add(pbar, p_step)
-        lam, j = inject_saves(lam, ys_bar, save_state_index, j, n)
-        return n - 1, read(jnp.maximum(n - 1, 0)), lam, pbar, j
+        n_top, ((ys, stages), t_start, t_end), lam, pbar, j = carry
+        cots = []
+        for i in range(BLOCK):
+            n = n_top - i
+            valid = n >= n_lo
+            tau = t_start[i]
+            h = t_end[i] - tau
+            lam_n, cot = reverse_step_state(
+                system, tau, h, None if ys is None else ys[i],
+                None if stages is None else stages[i], lam, mu, params, direction,
+            )
+            lam = jnp.where(valid, lam_n, lam)
+            cot = cot._replace(
+                kbars=jnp.where(valid, cot.kbars, 0),
+                quad_weights=jnp.where(valid, cot.quad_weights, 0),
+            )
+            cots.append(cot)
+            lam, j = inject_saves(lam, ys_bar, save_state_index, j, jnp.where(valid, n, -1))
+        pbar = tree_add(pbar, params_cotangent(system, params, direction, _concat(cots), mu))
+        return n_top - BLOCK, read_block(n_top - BLOCK), lam, pbar, j
 
-    init = (n_hi - 1, read(jnp.maximum(n_hi - 1, 0)), lam, pbar, j)
+    init = (n_hi - 1, read_block(n_hi - 1), lam, pbar, j)
     _, _, lam, pbar, j = jax.lax.while_loop(cond, body, init)
     return lam, pbar, j
