@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -23,6 +24,16 @@ from ._forward import Recorder
 from ._reverse import reverse_sweep
 from ._solvers import StepOutput
 from ._system import System
+
+
+def uninitialised(shape: tuple[int, ...], dtype: Any) -> Array:
+    """A buffer that is not zero-filled: its cost must follow the steps taken.
+
+    The forward loop writes slot ``n`` before the reverse pass can read it, and slots past
+    the last accepted step are never read, so their contents do not matter.  Zero-filling
+    a ``max_steps``-long buffer of states would cost time proportional to ``max_steps``.
+    """
+    return jax.lax.empty(shape, dtype)
 
 
 class AbstractCheckpoint(Recorder):
@@ -51,11 +62,11 @@ class StoreStates(AbstractCheckpoint):
 
     def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
         del num_live
-        return jnp.zeros((max_steps + 1,) + y0.shape, y0.dtype).at[0].set(y0)
+        return uninitialised((max_steps,) + y0.shape, y0.dtype)
 
     def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
-        del y, live
-        return store.at[n + 1].set(step.y_new)
+        del step, live
+        return store.at[n].set(y)
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 ys_bar, save_state_index):
@@ -74,7 +85,7 @@ class StoreStages(AbstractCheckpoint):
     """Keep the live stage values of every accepted step; no recomputation."""
 
     def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
-        return jnp.zeros((max_steps, num_live) + y0.shape, y0.dtype)
+        return uninitialised((max_steps, num_live) + y0.shape, y0.dtype)
 
     def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
         del y
