@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from ._checkpoints import AbstractCheckpoint, StoreStates
 from ._forward import ForwardOutput, Recorder, forward_loop
 from ._results import RESULTS
+from ._reverse import group_saves
 from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
 from ._system import Problem, System
 
@@ -68,9 +69,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
 
     lam = jnp.zeros_like(problem.y0)
     pbar = jax.tree.map(jnp.zeros_like, params)
+    grouped_bar, grouped_index = group_saves(ys_bar, save_state_index)
     lam, pbar = checkpoint.reverse(
-        system, params, direction, store, grid, num_accepted, lam, pbar, mu, ys_bar,
-        save_state_index,
+        system, params, direction, store, grid, num_accepted, lam, pbar, mu, grouped_bar,
+        grouped_index,
     )
 
     def rhs(t, y):

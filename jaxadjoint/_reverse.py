@@ -163,26 +163,57 @@ def reverse_step(
     return lam_n, params_cotangent(system, params, direction, cot, mu)
 
 
+def group_saves(ys_bar: Array, save_state_index: Array) -> tuple[Array, Array]:
+    """Sum the cotangents of saves of the same state; one row per distinct state.
+
+    Save times may repeat or coincide with ``t0``, so several saves can hold the same
+    state ``y_n``.  After grouping, each state appears once, groups are right-aligned
+    (the last row is the latest state) and padding rows at the front get index ``-2``,
+    which no step matches.  `inject_saves` then needs one select per step, no loop.
+    """
+    n_save = save_state_index.shape[0]
+    rows = jnp.arange(n_save, dtype=jnp.int32)
+    is_start = jnp.concatenate(
+        [jnp.ones((1,), bool), save_state_index[1:] != save_state_index[:-1]]
+    )
+    group = jnp.cumsum(is_start.astype(jnp.int32)) - 1
+    num_groups = group[-1] + 1
+    sums = jax.ops.segment_sum(jnp.moveaxis(ys_bar, -2, 0), group, num_segments=n_save)
+    sums = jnp.moveaxis(sums, 0, -2)
+    group_index = jax.ops.segment_max(save_state_index, group, num_segments=n_save)
+    source = rows - (n_save - num_groups)
+    valid = source >= 0
+    source = jnp.maximum(source, 0)
+    grouped_index = jnp.where(valid, group_index[source], -2)
+    grouped_bar = jnp.where(valid[:, None], jnp.take(sums, source, axis=-2), 0)
+    return grouped_bar, grouped_index
+
+
 def inject_saves(
     lam: Array, ys_bar: Array, save_state_index: Array, j: Array, n: Array
 ) -> tuple[Array, Array]:
-    """Add the cotangents of the saves of state ``y_n`` (indices ``j, j-1, ...``)."""
+    """Add the cotangent of the save of state ``y_n``, if row ``j`` holds it.
 
-    def cond(carry):
-        _, j = carry
-        return (j >= 0) & (save_state_index[jnp.maximum(j, 0)] == n)
-
-    def body(carry):
-        lam, j = carry
-        return lam + ys_bar[j], j - 1
-
-    return jax.lax.while_loop(cond, body, (lam, j))
+    ``ys_bar``/``save_state_index`` come from `group_saves` (one row per state, sorted),
+    and ``j`` points at the latest row not yet added; returns ``(lam, j)`` updated.
+    """
+    row = jnp.maximum(j, 0)
+    hit = (j >= 0) & (save_state_index[row] == n)
+    return lam + jnp.where(hit, ys_bar[..., row, :], 0), j - hit.astype(j.dtype)
 
 
-# Steps reversed per loop iteration.  The parameter adjoint of a block is one VJP over
-# its BLOCK * s stages: under `jax.jacrev` that writes the (seeds x parameters) cotangent
-# once per block instead of once per stage, which is what bounds the Jacobian's speed.
-BLOCK = 4
+def block_size(params: Any, state_size: int) -> int:
+    """Steps reversed per loop iteration.
+
+    The parameter adjoint of a block is one VJP over all its stages.  Under
+    `jax.jacrev` that writes the (seeds x parameters) cotangent once per block instead of
+    once per stage, which is what bounds the Jacobian's speed when the parameters
+    outnumber the states (an interaction matrix, a neural network).  A block also keeps
+    every stage of its steps alive at once, so for large states with few parameters (a
+    discretised PDE with a handful of coefficients) one step at a time uses less memory.
+    """
+    num_params = sum(x.size for x in jax.tree.leaves(params))
+    return 4 if num_params >= 4 * state_size else 1
 
 
 def _concat(trees: list[StageCotangents]) -> StageCotangents:
@@ -209,12 +240,13 @@ def reverse_sweep(
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
     ``read(n)`` returns ``(y_n or None, live stages of step n or None)``; it must be a
     pure indexing function (it is mapped over the steps of a block).  Steps go in blocks
-    of `BLOCK`; steps below ``n_lo`` in the last block are masked out.  A block's data
+    (see `block_size`); steps below ``n_lo`` in the last block are masked out.  A block's data
     is read one iteration ahead and carried, because slicing a stored buffer inside the
     body lets XLA fuse the slice into every consumer and lose vectorisation.
     """
     lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
-    offsets = jnp.arange(BLOCK, dtype=jnp.int32)
+    block = block_size(params, lam.shape[-1])
+    offsets = jnp.arange(block, dtype=jnp.int32)
 
     def read_block(n_top):
         index = jnp.maximum(n_top - offsets, 0)
@@ -226,7 +258,7 @@ def reverse_sweep(
     def body(carry):
         n_top, ((ys, stages), t_start, t_end), lam, pbar, j = carry
         cots = []
-        for i in range(BLOCK):
+        for i in range(block):
             n = n_top - i
             valid = n >= n_lo
             tau = t_start[i]
@@ -243,7 +275,7 @@ def reverse_sweep(
             cots.append(cot)
             lam, j = inject_saves(lam, ys_bar, save_state_index, j, jnp.where(valid, n, -1))
         pbar = tree_add(pbar, params_cotangent(system, params, direction, _concat(cots), mu))
-        return n_top - BLOCK, read_block(n_top - BLOCK), lam, pbar, j
+        return n_top - block, read_block(n_top - block), lam, pbar, j
 
     init = (n_hi - 1, read_block(n_hi - 1), lam, pbar, j)
     _, _, lam, pbar, j = jax.lax.while_loop(cond, body, init)

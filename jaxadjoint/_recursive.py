@@ -1,0 +1,194 @@
+"""`Recursive`: binomial checkpointing with memory fixed by ``num_checkpoints``.
+
+The reverse pass needs ``y_n`` for every accepted step ``n = T-1, ..., 0`` (the stages
+are recomputed from it).  `Recursive` keeps at most ``C = num_checkpoints`` states and
+recomputes the others by replaying recorded steps forward from a checkpoint.
+
+**Forward pass (online, T unknown).**  States ``y_0, y_d, y_2d, ...`` are kept in the
+first ``C_f = C // 2`` slots of a ``(C, N)`` buffer; when a checkpoint would be the
+``(C_f + 1)``-th, every other one is dropped and the interval ``d`` doubles (``d = 1, 2,
+4, ...``).  After ``T`` steps the forward pass holds ``k <= C_f`` checkpoints with
+``d < max(2, 2 T / C_f)``.
+
+**Reverse pass (T known).**  The checkpoints form a stack.  To reverse the steps
+``[a, b)`` above the top checkpoint ``a`` with ``f = C - depth`` free slots:
+
+- if ``b - a <= f + 1`` (a *leaf*): replay ``y_{a+1}, ..., y_{b-1}`` into the free slots
+  and reverse the whole segment with `reverse_sweep`; pop ``a``;
+- otherwise replay to a split point ``m`` and push ``y_m``.  ``m`` is Griewank's
+  binomial split: with ``beta(f, r) = binom(f + r, r)`` (the longest segment that ``f``
+  free slots reverse when each step is replayed at most ``r`` times) and
+  ``t = min{r : beta(f, r) >= b - a}``, the segment ``[m, b)`` gets
+  ``b - m = min(beta(f - 1, t), b - a - 1)`` steps, so it is reversed with ``f - 1``
+  slots and ``t`` replays, and ``[a, m)`` afterwards with ``f`` slots and ``t - 1``.
+
+**Cost.**  Memory: ``C`` states, plus the working vectors of one step (state, adjoint,
+stages) and the step grid of ``max_steps + 1`` *scalars* that every strategy records —
+no buffer of ``max_steps`` states.  Recomputation: every step is replayed at most
+``t = min{r : binom(C - C_f + r, r) >= d}`` times (each replay costs one forward step,
+``s - 1`` rhs evaluations for FSAL tableaus, ``s`` otherwise).  So ``t = 1``, *one
+extra forward pass*, while ``T <= C_f (C - C_f + 1)`` (e.g. ``T <= 1056`` for ``C = 64``,
+``T <= 16 512`` for ``C = 256``), and ``t`` grows like ``log T / log C`` beyond: for
+``C = 64``, ``t <= 2`` up to ``T ~ 2 * 10^4`` and ``t <= 3`` up to ``T ~ 2 * 10^5``.
+
+The replayed steps call `erk_step` with the recorded grid values ``t_n``, ``t_{n+1}``
+and ``k_1 = f(t_n, y_n)`` (carried as the FSAL stage, as in the forward loop), so the
+replayed states are bitwise the forward ones and the gradient is bitwise that of
+`StoreStates`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from ._checkpoints import AbstractCheckpoint
+from ._reverse import inject_saves, reverse_sweep
+from ._solvers import StepOutput, erk_step
+
+
+def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, consecutive):
+    """Replay steps ``n0 .. n0 + num - 1`` from ``y0 = y_{n0}``; write ``y_{n0+i+1}``.
+
+    The state after the ``i``-th replayed step goes to slot ``first_slot + i`` if
+    ``consecutive`` else to ``first_slot``.  Same arithmetic as the forward loop: ``k1``
+    is ``f(t_n, y_n)``, then the FSAL stage (or ``f(t_{n+1}, y_{n+1})``).
+    """
+    tableau = system.solver.tableau
+
+    def f(tau, y):
+        return system.field(tau, y, params, direction)
+
+    def cond(carry):
+        return carry[0] < num
+
+    def body(carry):
+        i, y, k1, stack = carry
+        n = n0 + i
+        tau, tau_next = grid[n], grid[n + 1]
+        step = erk_step(tableau, f, tau, y, tau_next - tau, k1, tau_next)
+        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        slot = first_slot + jnp.where(consecutive, i, 0)
+        return i + 1, step.y_new, k_next, stack.at[slot].set(step.y_new)
+
+    def run(stack):
+        k1 = f(grid[n0], y0)
+        return jax.lax.while_loop(cond, body, (jnp.int32(0), y0, k1, stack))[3]
+
+    # Skip the k1 evaluation when there is nothing to replay (a leaf of one step).
+    return jax.lax.cond(num > 0, run, lambda stack: stack, stack)
+
+
+def _split_length(length: Array, free: Array, dtype: Any) -> Array:
+    """``min(beta(f - 1, t), length - 1)`` for ``t = min{r : beta(f, r) >= length}``.
+
+    ``beta(f, r) = binom(f + r, r)``, built as ``beta(f, r) = beta(f, r-1) (f + r) / r``
+    in floating point (exact for the sizes that occur; rounding could only move the
+    split, never break the reversal).  ``beta(f - 1, t) = beta(f, t) f / (f + t)``.
+    """
+    f = free.astype(dtype)
+
+    def cond(carry):
+        _, beta = carry
+        return beta < length.astype(dtype)
+
+    def body(carry):
+        r, beta = carry
+        r = r + 1
+        return r, jnp.round(beta * (f + r.astype(dtype)) / r.astype(dtype))
+
+    t, beta = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.ones((), dtype)))
+    below = jnp.round(beta * f / (f + t.astype(dtype))).astype(jnp.int32)
+    return jnp.clip(below, 1, length - 1)
+
+
+class Recursive(AbstractCheckpoint):
+    """Binomial checkpointing: memory of ``num_checkpoints`` states, whatever the steps.
+
+    Keeps at most ``num_checkpoints`` states (``>= 2``), independent of ``max_steps``
+    and of the number of steps ``T``; replays each step at most
+    ``t = min{r : binom(C - C // 2 + r, r) >= d}`` times in the reverse pass, where
+    ``d <= max(1, 2 T / (C // 2))`` is the checkpoint interval the forward pass ends with:
+    one extra forward pass while ``T <= (C // 2) (C - C // 2 + 1)``, logarithmic growth
+    beyond.  Gradients are bitwise those of `StoreStates`.  See the module docstring.
+    """
+
+    num_checkpoints: int
+
+    def __check_init__(self):
+        c = self.num_checkpoints
+        if isinstance(c, bool) or not isinstance(c, int) or c < 2:
+            raise ValueError(f"`Recursive(num_checkpoints)` must be an integer >= 2, got {c!r}")
+
+    def slots(self, max_steps: int) -> int:
+        """Number of state slots: ``num_checkpoints``, capped at ``max_steps + 1``."""
+        return max(2, min(self.num_checkpoints, max_steps + 1))
+
+    def init(self, max_steps: int, y0: Array, num_live: int) -> tuple[Array, Array]:
+        del num_live
+        stack = jnp.zeros((self.slots(max_steps),) + y0.shape, y0.dtype).at[0].set(y0)
+        return stack, jnp.int32(1)
+
+    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple):
+        del step, live
+        stack, d = store
+        size = stack.shape[0]
+        forward_slots = size // 2
+        # Thin when y_n would be checkpoint number forward_slots + 1 (n = forward_slots d).
+        # A rejected attempt repeats n with d already doubled, so it cannot thin twice.
+        thin = (n % d == 0) & (n // d >= forward_slots)
+        keep = jnp.minimum(2 * jnp.arange(size, dtype=jnp.int32), size - 1)
+        stack = jax.lax.cond(thin, lambda s: s[keep], lambda s: s, stack)
+        d = jnp.where(thin, 2 * d, d)
+        slot = jnp.minimum(n // d, size - 1)
+        stack = stack.at[slot].set(jnp.where(n % d == 0, y, stack[slot]))
+        return stack, d
+
+    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
+                ys_bar, save_state_index):
+        stack, d = store
+        size = stack.shape[0]
+        count = jnp.where(num_accepted > 0, (num_accepted - 1) // d + 1, 1)
+        slots = jnp.arange(size, dtype=jnp.int32)
+        positions = jnp.where(slots < count, slots * d, 0)
+        j = jnp.int32(save_state_index.shape[0] - 1)
+
+        def cond(carry):
+            return carry[0] > 0
+
+        def body(carry):
+            end, depth, positions, stack, lam, pbar, j = carry
+            top = positions[depth - 1]
+            length = end - top
+            free = size - depth
+            leaf = length <= free + 1
+            split = end - _split_length(length, jnp.maximum(free, 1), grid.dtype)
+            target = jnp.where(leaf, end - 1, split)
+            stack = _replay(
+                system, params, direction, grid, top, stack[depth - 1], target - top, stack,
+                depth, leaf,
+            )
+            positions = positions.at[jnp.minimum(depth, size - 1)].set(
+                jnp.where(leaf, positions[jnp.minimum(depth, size - 1)], split)
+            )
+
+            def read(n):
+                return stack[depth - 1 + n - top], None
+
+            # A leaf reverses [top, end); a split reverses nothing (n_lo = n_hi).
+            lam, pbar, j = reverse_sweep(
+                system, params, direction, grid, end, jnp.where(leaf, top, end), read, lam,
+                pbar, mu, ys_bar, save_state_index, j,
+            )
+            end = jnp.where(leaf, top, end)
+            depth = jnp.where(leaf, depth - 1, depth + 1)
+            return end, depth, positions, stack, lam, pbar, j
+
+        init = (num_accepted, count.astype(jnp.int32), positions.astype(jnp.int32), stack, lam,
+                pbar, j)
+        _, _, _, _, lam, pbar, j = jax.lax.while_loop(cond, body, init)
+        lam, _ = inject_saves(lam, ys_bar, save_state_index, j, jnp.int32(0))
+        return lam, pbar
