@@ -50,19 +50,18 @@ def _solve_fwd(perturbed, problem, system, checkpoint):
     out = forward_loop(system, problem, checkpoint)
     residuals = (
         out.store, out.grid, out.num_accepted, out.save_state_index, out.ys, out.y_final,
-        out.result,
+        out.integral, out.result,
     )
     return to_solve_output(system, problem, out), residuals
 
 
 @_solve.def_bwd
 def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
-    store, grid, num_accepted, save_state_index, ys, y_final, result = residuals
+    store, grid, num_accepted, save_state_index, ys, y_final, integral, result = residuals
     ys_bar, integral_bar, _ = grad_obj
-    if ys_bar is None:
-        ys_bar = jnp.zeros_like(ys)
-    num_q = 0 if integral_bar is None else integral_bar.shape[0]
-    mu = jnp.zeros((num_q,), ys.dtype) if integral_bar is None else integral_bar
+    # Outputs the loss does not use have no cotangent: they contribute zero.
+    ys_bar = jnp.zeros_like(ys) if ys_bar is None else ys_bar
+    mu = jnp.zeros_like(integral) if integral_bar is None else integral_bar
     params, direction = problem.params, problem.direction
     ok = result == RESULTS.successful
     ys_bar = eqx.error_if(ys_bar, ~ok, RESULTS[RESULTS.failed_solve_differentiated])

@@ -158,9 +158,46 @@ def reverse_step(
     params: Any,
     direction: Array,
 ) -> tuple[Array, Any]:
-    """Adjoint of one step: returns ``(lam_n, pbar of this step)``."""
-    lam_n, cot = reverse_step_state(system, tau, h, y, stages, lam, mu, params, direction)
-    return lam_n, params_cotangent(system, params, direction, cot, mu)
+    """Adjoint of one step: returns ``(lam_n, pbar of this step)``.
+
+    One joint vector–Jacobian product per stage, with respect to the stage value and
+    the parameters together: no stage data is stacked and the right-hand side is
+    linearised once per stage.  Used one step at a time, when the parameters are few.
+    """
+    tableau = system.solver.tableau
+    a, b, c = tableau.a, tableau.b, tableau.c
+    live = tableau.live_stages
+    ks: list[Array | None] = [None] * tableau.num_stages
+    field_vjps, integrand_vjps = {}, {}
+    for i, m in enumerate(live):
+        t_m = stage_time(tau, h, c[m])
+        stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
+        ks[m], field_vjps[m] = jax.vjp(
+            lambda Y, p, t_m=t_m: system.field(t_m, Y, p, direction), stage, params
+        )
+        if system.has_integrand and b[m] != 0:
+            _, integrand_vjps[m] = jax.vjp(
+                lambda Y, p, t_m=t_m: system.field_integrand(t_m, Y, p, direction), stage, params
+            )
+    stage_bars: dict[int, Array] = {}
+    pbar = None
+    for m in reversed(live):
+        later = [q for q in live if q > m and a[q, m] != 0]
+        kbar = linear_combination(
+            jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
+            [lam] + [stage_bars[q] for q in later],
+        )
+        stage_bar, p_bar = field_vjps[m](kbar)
+        if m in integrand_vjps:
+            r_stage_bar, r_p_bar = integrand_vjps[m]((float(b[m]) * h) * mu)
+            stage_bar = stage_bar + r_stage_bar
+            p_bar = tree_add(p_bar, r_p_bar)
+        stage_bars[m] = stage_bar
+        pbar = p_bar if pbar is None else tree_add(pbar, p_bar)
+    lam_n = lam
+    for m in live:
+        lam_n = lam_n + stage_bars[m]
+    return lam_n, pbar
 
 
 def group_saves(ys_bar: Array, save_state_index: Array) -> tuple[Array, Array]:
@@ -257,6 +294,15 @@ def reverse_sweep(
 
     def body(carry):
         n_top, ((ys, stages), t_start, t_end), lam, pbar, j = carry
+        if block == 1:  # the loop condition guarantees n_top >= n_lo
+            tau = t_start[0]
+            lam, p_step = reverse_step(
+                system, tau, t_end[0] - tau, None if ys is None else ys[0],
+                None if stages is None else stages[0], lam, mu, params, direction,
+            )
+            lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_top)
+            pbar = tree_add(pbar, p_step)
+            return n_top - 1, read_block(n_top - 1), lam, pbar, j
         cots = []
         for i in range(block):
             n = n_top - i
