@@ -1,10 +1,8 @@
-"""Both reverse-pass paths against the replay reference.
+"""The reverse pass against the replay reference in the corners of its bookkeeping.
 
-`_reverse.block_size` picks one step per iteration (joint state/parameter VJPs) when the
-parameters are few, and blocks of four steps (one batched parameter VJP per block) when
-they outnumber the states.  Each path is checked with repeated save times (saves at t0
-and t1 twice), an integrand whose integral the loss may or may not use, and both time
-directions, for every checkpoint strategy.
+Repeated save times (saves at t0 and at t1, twice), an integrand whose integral the loss
+may or may not use (an unused output has no cotangent), both time directions, a scalar
+parameter and a matrix parameter, across the checkpoint strategies.
 """
 
 import jax
@@ -14,7 +12,6 @@ import pytest
 from helpers import accepted_grid, max_rel_diff, replay
 
 import jaxadjoint as ja
-from jaxadjoint._reverse import block_size
 
 
 def _few_params(t, y, k):
@@ -27,8 +24,8 @@ def _many_params(t, y, A):
 
 Y0 = jnp.linspace(0.5, 1.5, 4)
 CASES = {
-    "one step per iteration": (_few_params, jnp.array(0.7)),
-    "blocks of four": (_many_params, 0.4 * jnp.eye(4)[::-1] + 0.1),
+    "scalar parameter": (_few_params, jnp.array(0.7)),
+    "matrix parameter": (_many_params, 0.4 * jnp.eye(4)[::-1] + 0.1),
 }
 
 
@@ -37,22 +34,15 @@ def _integrand(t, y, args):
     return jnp.sum(y**2) * (1 + 0.1 * t)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_block_size_choice(case):
-    rhs, args = CASES[case]
-    expected = 1 if case == "one step per iteration" else 4
-    assert block_size(args, Y0.shape[0]) == expected
-
-
-# (case, interval, whether the loss uses the integral, checkpoint): every path, both time
-# directions and an unused integral, without compiling every combination (agreement
+# (case, interval, whether the loss uses the integral, checkpoint): both parameter kinds,
+# both time directions and an unused integral, without compiling every combination (agreement
 # between checkpoint strategies is tested in test_checkpoints.py).
 COMBINATIONS = [
-    ("one step per iteration", (0.0, 2.0), True, ja.StoreStates()),
-    ("one step per iteration", (2.0, -1.0), False, ja.Recursive(3)),
-    ("blocks of four", (0.0, 2.0), False, ja.StoreStages()),
-    ("blocks of four", (2.0, -1.0), True, ja.StoreStates()),
-    ("blocks of four", (0.0, 2.0), True, ja.Recursive(3)),
+    ("scalar parameter", (0.0, 2.0), True, ja.StoreStates()),
+    ("scalar parameter", (2.0, -1.0), False, ja.Recursive(3)),
+    ("matrix parameter", (0.0, 2.0), False, ja.StoreStages()),
+    ("matrix parameter", (2.0, -1.0), True, ja.StoreStates()),
+    ("matrix parameter", (0.0, 2.0), True, ja.Recursive(3)),
 ]
 
 
