@@ -105,17 +105,21 @@ class ConstantStep(AbstractController):
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         del f, tau1, y0, k0, dt0, solver, tol, direction
         h = jnp.abs(jnp.asarray(self.dt, tau0.dtype))
-        return h, tau0, 0
+        return h, (tau0, h), 0
 
     def propose(self, tau, h, state):
-        tau0 = state
+        # The grid is t0 + n dt with the constant dt of the state: the step actually taken
+        # (``h``, shortened to land on save times and perturbed by round-off) must not feed
+        # back, or the grid drifts and can stall.
+        del h
+        tau0, dt = state
         # Index of the grid point at or just behind tau (tolerant of round-off).
-        n = jnp.floor((tau - tau0) / h + 1e-9)
-        return tau0 + (n + 1) * h
+        n = jnp.floor((tau - tau0) / dt + 1e-9)
+        return tau0 + (n + 1) * dt
 
     def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
-        del y, y_new, y_error, k0, solver, tol
-        return jnp.array(True), h, state
+        del y, y_new, y_error, k0, h, solver, tol
+        return jnp.array(True), state[1], state
 
 
 class StepTo(AbstractController):
@@ -210,7 +214,7 @@ class IController(_AdaptiveController):
         err = scaled_error(y, y_new, y_error, tol)
         accept = err <= 1
         q = _exponent_order(solver)
-        factor = self.safety * jnp.where(err == 0, jnp.inf, err) ** (-1.0 / q)
+        factor = self.safety * jnp.where(err == 0, jnp.inf, err ** (-1.0 / q))
         factor = jnp.clip(factor, self.factor_min, self.factor_max)
         factor = jnp.where(rejected_before | ~accept, jnp.minimum(factor, 1.0), factor)
         return accept, h * factor, ~accept

@@ -67,19 +67,25 @@ def quadrature_increment(
     return h * acc
 
 
-def _store_saves(ys, save_state_index, save_index, taus, tau, y, n):
-    """Write ``y`` into every pending save slot whose time has been reached."""
+def _store_save(ys, save_state_index, save_index, taus, tau, y, n):
+    """Write ``y`` into the next save slot if ``tau`` is its time; skip equal times.
+
+    Save times are sorted and steps land on them exactly, so at most one distinct save
+    time is reached per step; repeated times are filled in by `_fill_repeated_saves`.
+    """
     n_save = taus.shape[0]
+    slot = jnp.minimum(save_index, n_save - 1)
+    hit = (save_index < n_save) & (taus[slot] <= tau)
+    ys = ys.at[slot].set(jnp.where(hit, y, ys[slot]))
+    save_state_index = save_state_index.at[slot].set(jnp.where(hit, n, save_state_index[slot]))
+    next_index = jnp.searchsorted(taus, tau, side="right").astype(save_index.dtype)
+    return ys, save_state_index, jnp.where(hit, next_index, save_index)
 
-    def cond(carry):
-        i = carry[2]
-        return (i < n_save) & (taus[jnp.minimum(i, n_save - 1)] <= tau)
 
-    def body(carry):
-        ys, idx, i = carry
-        return ys.at[i].set(y), idx.at[i].set(n), i + 1
-
-    return jax.lax.while_loop(cond, body, (ys, save_state_index, save_index))
+def _fill_repeated_saves(ys, save_state_index, taus):
+    """Copy each save into the later slots that repeat its time."""
+    first = jnp.searchsorted(taus, taus, side="left")
+    return ys[first], save_state_index[first]
 
 
 def forward_loop(system: System, problem: Problem, recorder: Recorder) -> ForwardOutput:
@@ -103,7 +109,7 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
     )
     ys = jnp.zeros((n_save,) + y0.shape, dtype)
     save_state_index = jnp.zeros((n_save,), jnp.int32)
-    ys, save_state_index, save_index = _store_saves(
+    ys, save_state_index, save_index = _store_save(
         ys, save_state_index, jnp.int32(0), taus, tau0, y0, jnp.int32(0)
     )
     if system.has_integrand:
@@ -177,7 +183,7 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         grid_new = c["grid"].at[n + 1].set(tau_next)
         store = recorder.record(c["store"], n, y, step, live)
         n_new = n + accept.astype(jnp.int32)
-        ys, idx, save_index = _store_saves(
+        ys, idx, save_index = _store_save(
             c["ys"], c["save_state_index"], c["save_index"], taus, new_tau, new_y, n_new
         )
         return dict(
@@ -212,12 +218,13 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
     )
     slots = jnp.arange(grid.shape[0], dtype=jnp.int32)
     grid = jnp.where(slots <= num_accepted, final["grid"], jnp.inf)
+    ys, save_state_index = _fill_repeated_saves(final["ys"], final["save_state_index"], taus)
     return ForwardOutput(
-        ys=final["ys"],
+        ys=ys,
         integral=final["integral"],
         grid=grid,
         num_accepted=num_accepted,
-        save_state_index=final["save_state_index"],
+        save_state_index=save_state_index,
         y_final=final["y"],
         stats=stats,
         result=result,

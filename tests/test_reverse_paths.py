@@ -1,8 +1,9 @@
 """The reverse pass against the replay reference in the corners of its bookkeeping.
 
 Repeated save times (saves at t0 and at t1, twice), an integrand whose integral the loss
-may or may not use (an unused output has no cotangent), both time directions, a scalar
-parameter and a matrix parameter, across the checkpoint strategies.
+may or may not use (an unused output has no cotangent), both time directions, and both
+reverse paths (one step per iteration for few parameters, blocks of four steps with one
+batched parameter VJP when the parameters are many), across the checkpoint strategies.
 """
 
 import jax
@@ -12,6 +13,7 @@ import pytest
 from helpers import accepted_grid, max_rel_diff, replay
 
 import jaxadjoint as ja
+from jaxadjoint._reverse import block_size
 
 
 def _few_params(t, y, k):
@@ -22,10 +24,16 @@ def _many_params(t, y, A):
     return jnp.tanh(A @ y) - 0.5 * y
 
 
+def _wide_params(t, y, W):
+    return jnp.tanh(W @ jnp.tanh(W.T @ y)) - 0.5 * y
+
+
 Y0 = jnp.linspace(0.5, 1.5, 4)
 CASES = {
     "scalar parameter": (_few_params, jnp.array(0.7)),
     "matrix parameter": (_many_params, 0.4 * jnp.eye(4)[::-1] + 0.1),
+    # Enough parameters for the blocked reverse path (see `block_size`).
+    "large matrix parameter": (_wide_params, 0.01 * jnp.ones((4, 300))),
 }
 
 
@@ -43,7 +51,14 @@ COMBINATIONS = [
     ("matrix parameter", (0.0, 2.0), False, ja.StoreStages()),
     ("matrix parameter", (2.0, -1.0), True, ja.StoreStates()),
     ("matrix parameter", (0.0, 2.0), True, ja.Recursive(3)),
+    ("large matrix parameter", (0.0, 2.0), True, ja.StoreStates()),
+    ("large matrix parameter", (2.0, -1.0), False, ja.Recursive(3)),
 ]
+
+
+@pytest.mark.parametrize("case, block", [("scalar parameter", 1), ("large matrix parameter", 4)])
+def test_block_size(case, block):
+    assert block_size(CASES[case][1], Y0.shape[0]) == block
 
 
 @pytest.mark.parametrize("case, interval, use_integral, checkpoint", COMBINATIONS)

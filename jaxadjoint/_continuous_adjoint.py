@@ -1,0 +1,327 @@
+"""`ContinuousAdjoint`: solve the adjoint ODE backwards (the paper's CASA).
+
+For a loss ``L(y(t_1..t_n), q)`` with ``q = int R dt``, the adjoint ``lam(t) = dL/dy(t)``
+and the parameter adjoint ``pbar`` satisfy, backwards from ``t1`` to ``t0``,
+
+    lam'  = -J_y^T lam - R_y^T mu,        lam(t1) = 0,  lam += dL/dy(t_i) at each save,
+    pbar' = -J_p^T lam - R_p^T mu,        pbar(t1) = 0,
+
+with ``mu = dL/dq``; then ``dL/dy0 = lam(t0)`` and ``dL/dp = pbar(t0)``.  The backward
+solve is an ordinary adaptive Runge–Kutta solve of the augmented system (same solver and
+controller, its own steps), split at the save times where the cotangents of the saves
+are added.  Its accuracy follows the tolerances — it is the derivative of the exact
+solution approximated to ``rtol``, not the derivative of the computed solution.
+
+The Jacobian products need ``y(t)`` on the way back.  Two ways, ``state=``:
+
+- ``"backsolve"``: re-integrate ``y' = f`` backwards from ``y(t1)`` alongside the adjoint.
+  Memory ``O(N)``, no storage; but integrating a dissipative system backwards is
+  unstable, so errors in ``y`` grow and the gradient can be poor (the paper observes
+  this: CASA with backward state is the least accurate method).
+- ``"checkpointed"`` (default): the forward pass stores every accepted state ``y_n`` and
+  slope ``f(t_n, y_n)``, plus ``y''`` (one JVP of ``f`` per accepted step, after the
+  forward solve); the backward pass reads ``y(t)`` by quintic Hermite interpolation on
+  the forward step that contains ``t``.  Memory ``O(3 N max_steps)``; the interpolant's
+  error is ``O(h^6)`` on a step of size ``h`` (below the local error of an order-5
+  step), it is stable, and it costs no evaluation of ``f`` on the way back.  The
+  interpolant is only ``C^2`` across forward steps, so the backward steps also stop at
+  every forward grid point (at least as many steps as the forward solve).
+
+Time derivatives use the same continuous formulas as every method.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from ._adjoint import to_solve_output
+from ._controllers import AbstractController, StepTo, Tolerances
+from ._forward import Recorder, forward_loop
+from ._results import RESULTS
+from ._sensitivity_base import AbstractSensitivity, SolveOutput
+from ._sensitivity_common import (
+    DerivedSystem,
+    combine,
+    derived_kwargs,
+    integrand_or_empty,
+    mask_params,
+    ravel,
+    save_slopes,
+)
+from ._solvers import StepOutput
+from ._system import Problem, System
+
+
+class _StatesAndSlopes(Recorder):
+    """Keep ``y_n`` and ``k_n = f(t_n, y_n)`` of every accepted step (slot ``n``)."""
+
+    def init(self, max_steps: int, y0: Array, num_live: int) -> tuple[Array, Array]:
+        del num_live
+        buf = jnp.zeros((max_steps + 1,) + y0.shape, y0.dtype)
+        return buf, buf
+
+    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple):
+        del live
+        ys, ks = store
+        return ys.at[n].set(y), ks.at[n].set(step.ks[0])
+
+
+class _Trajectory(eqx.Module):
+    """Quintic Hermite interpolation of the forward solution on its accepted grid.
+
+    On the step ``[tau_n, tau_n + h]`` the interpolant matches ``y``, ``y'`` and ``y''`` at
+    both ends (``y'' = dF/dtau + J F``, one JVP per accepted step after the forward
+    solve): error ``O(h^6)``, below that of an order-5 step, and ``C^2`` across steps.
+    """
+
+    grid: Array  # forward internal time, inf-padded
+    ys: Array
+    ks: Array  # slopes in forward internal time
+    accs: Array  # second derivatives in forward internal time
+    num_accepted: Array
+    direction: Array  # of the forward solve
+
+    def __call__(self, t: Array) -> Array:
+        tau = self.direction * t
+        last = jnp.maximum(self.num_accepted - 1, 0)
+        n = jnp.clip(jnp.searchsorted(self.grid, tau, side="right") - 1, 0, last)
+        ta, tb = self.grid[n], self.grid[n + 1]
+        h = tb - ta
+        s = jnp.where(h > 0, (tau - ta) / jnp.where(h > 0, h, 1), 0)
+        s2, s3 = s * s, s * s * s
+        s4, s5 = s3 * s, s3 * s2
+        h2 = h * h
+        return ((1 - 10 * s3 + 15 * s4 - 6 * s5) * self.ys[n]
+                + (s - 6 * s3 + 8 * s4 - 3 * s5) * h * self.ks[n]
+                + 0.5 * (s2 - 3 * s3 + 3 * s4 - s5) * h2 * self.accs[n]
+                + 0.5 * (s3 - 2 * s4 + s5) * h2 * self.accs[n + 1]
+                + (-4 * s3 + 7 * s4 - 3 * s5) * h * self.ks[n + 1]
+                + (10 * s3 - 15 * s4 + 6 * s5) * self.ys[n + 1])
+
+
+def _trajectory(system: System, problem: Problem, out) -> _Trajectory:
+    """The interpolant from the forward pass's stored states and slopes."""
+    ys, ks = out.store
+    num = out.num_accepted
+    tau_final = out.grid[num]
+    params, direction = problem.params, problem.direction
+
+    def f(tau, y):
+        return system.field(tau, y, params, direction)
+
+    ys = ys.at[num].set(out.y_final)
+    ks = ks.at[num].set(f(tau_final, out.y_final))
+
+    def acceleration(n, accs):
+        tau = out.grid[n]
+        one = jnp.ones_like(tau)
+        _, acc = jax.jvp(f, (tau, ys[n]), (one, ks[n]))
+        return accs.at[n].set(acc)
+
+    accs = jax.lax.fori_loop(0, num + 1, acceleration, jnp.zeros_like(ys))
+    return _Trajectory(grid=out.grid, ys=ys, ks=ks, accs=accs, num_accepted=num,
+                       direction=direction)
+
+
+class _StopAtGrid(AbstractController):
+    """``inner``, but no step crosses a forward grid point (``stops``, increasing).
+
+    The Hermite interpolant is a polynomial on each forward step but only ``C^2``
+    across steps; an adjoint step straddling a forward grid point would see that kink in its
+    error estimate and shrink to nothing at tight tolerances.
+    """
+
+    inner: AbstractController
+    stops: Array  # in the adjoint's internal time, increasing
+
+    @property
+    def adaptive(self) -> bool:
+        return self.inner.adaptive
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        return self.inner.init(f, tau0, tau1, y0, k0, dt0, solver, tol, direction)
+
+    def propose(self, tau, h, state):
+        index = jnp.searchsorted(self.stops, tau, side="right")
+        stop = self.stops[jnp.minimum(index, self.stops.shape[0] - 1)]
+        stop = jnp.where(stop > tau, stop, jnp.inf)
+        return jnp.minimum(self.inner.propose(tau, h, state), stop)
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        return self.inner.adapt(y, y_new, y_error, k0, h, state, solver, tol)
+
+
+class _AdjointSystem(DerivedSystem):
+    """``a = [lam, pbar (differentiated leaves), y (backsolve only)]`` in internal time."""
+
+    n_state: int = eqx.field(static=True)
+    params_off: Any
+    mu: Array
+    trajectory: _Trajectory | None  # None: the state is part of ``a`` (backsolve)
+
+    def field(self, tau, a, params_on, direction):
+        t = direction * tau
+        n = self.n_state
+        lam = a[:n]
+        y = a[a.shape[0] - n:] if self.trajectory is None else self.trajectory(t)
+        base = self.base
+
+        def rhs(y, p_on):
+            return base.rhs(t, y, combine(p_on, self.params_off))
+
+        dy, vjp = jax.vjp(rhs, y, params_on)
+        lam_dot, p_dot = vjp(-lam)
+        if base.has_integrand:
+            _, vjp_r = jax.vjp(
+                lambda y, p_on: base.integrand(t, y, combine(p_on, self.params_off)),
+                y, params_on,
+            )
+            lr, pr = vjp_r(-self.mu)
+            lam_dot = lam_dot + lr
+            p_dot = jax.tree.map(jnp.add, p_dot, pr)
+        parts = [lam_dot, ravel(p_dot, a.dtype)[0]]
+        if self.trajectory is None:
+            parts.append(dy)
+        return direction * jnp.concatenate(parts)
+
+
+def _backward(
+    sens: ContinuousAdjoint, system: System, problem: Problem, params_on: Any, params_off: Any,
+    ys_bar: Array, mu: Array, y_final: Array, trajectory: _Trajectory | None,
+) -> tuple[Array, Array, Array]:
+    """Integrate the adjoint from ``t1`` to ``t0``: ``(lam(t0), pbar flat, result)``."""
+    dtype = problem.y0.dtype
+    n = problem.y0.shape[0]
+    num_p = ravel(params_on, dtype)[0].shape[0]
+    if isinstance(system.controller, StepTo):
+        raise ValueError(
+            "`ContinuousAdjoint` chooses its own backward steps and cannot follow "
+            "`controller=StepTo(...)`; use an adaptive controller or `ConstantStep`"
+        )
+    tol = system.tol
+    if sens.rtol is not None or sens.atol is not None:
+        tol = Tolerances(
+            tol.rtol if sens.rtol is None else jnp.asarray(sens.rtol, dtype),
+            tol.atol if sens.atol is None else jnp.asarray(sens.atol, dtype),
+        )
+    controller = system.controller
+    if trajectory is not None:
+        # Adjoint internal time is -(forward internal time); stop at every grid point.
+        k = jnp.arange(trajectory.grid.shape[0], dtype=jnp.int32)
+        index = jnp.maximum(trajectory.num_accepted - k, 0)
+        controller = _StopAtGrid(controller, -trajectory.grid[index])
+    adj = _AdjointSystem(
+        **derived_kwargs(system, tol=tol, controller=controller,
+                         dt0=system.dt0 if not system.controller.adaptive else None),
+        n_state=n, params_off=params_off, mu=mu, trajectory=trajectory,
+    )
+    ends = jnp.concatenate([problem.ts[::-1], problem.t0[None]])
+    bars = jnp.concatenate([ys_bar[::-1], jnp.zeros((1, n), dtype)])
+    a0 = [jnp.zeros((n + num_p,), dtype)]
+    if trajectory is None:
+        a0.append(y_final)
+
+    def segment(carry, xs):
+        a, start, result = carry
+        end, bar = xs
+        seg = Problem(y0=a, params=params_on, t0=start, t1=end, ts=end[None])
+        out = forward_loop(adj, seg, Recorder())
+        a = out.y_final.at[:n].add(bar)
+        result = RESULTS.where(result == RESULTS.successful, out.result, result)
+        return (a, end, result), None
+
+    (a, _, result), _ = jax.lax.scan(
+        segment, (jnp.concatenate(a0), problem.t1, RESULTS.successful), (ends, bars)
+    )
+    return a[:n], a[n:n + num_p], result
+
+
+@eqx.filter_custom_vjp
+def _solve(problem: Problem, system: System, sens: ContinuousAdjoint) -> SolveOutput:
+    del sens
+    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+
+
+@_solve.def_fwd
+def _solve_fwd(perturbed, problem, system, sens):
+    del perturbed
+    recorder = _StatesAndSlopes() if sens.state == "checkpointed" else Recorder()
+    out = forward_loop(system, problem, recorder)
+    trajectory = _trajectory(system, problem, out) if sens.state == "checkpointed" else None
+    return to_solve_output(system, problem, out), (out.ys, out.y_final, out.result, trajectory)
+
+
+@_solve.def_bwd
+def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
+    ys, y_final, result, trajectory = residuals
+    ys_bar, integral_bar, _ = grad_obj
+    dtype = ys.dtype
+    if ys_bar is None:
+        ys_bar = jnp.zeros_like(ys)
+    params = problem.params
+    num_q = integrand_or_empty(system, problem.t0, problem.y0, params).shape[0]
+    mu = jnp.zeros((num_q,), dtype) if integral_bar is None else integral_bar
+    ys_bar = eqx.error_if(ys_bar, result != RESULTS.successful,
+                          RESULTS[RESULTS.failed_solve_differentiated])
+    params_on, params_off = mask_params(params, perturbed.params)
+    lam, pbar_flat, adj_result = _backward(
+        sens, system, problem, params_on, params_off, ys_bar, mu, y_final, trajectory
+    )
+    if system.throw:
+        lam, pbar_flat = adj_result.error_if(
+            (lam, pbar_flat), adj_result != RESULTS.successful)
+    pbar = ravel(params_on, dtype)[1](pbar_flat)
+
+    def integrand_dot(t, y):
+        if not system.has_integrand:
+            return jnp.zeros((), dtype)
+        return jnp.vdot(mu, system.integrand(t, y, params))
+
+    t0_bar = t1_bar = ts_bar = None
+    if perturbed.t0:
+        t0_bar = (-jnp.vdot(lam, system.rhs(problem.t0, problem.y0, params))
+                  - integrand_dot(problem.t0, problem.y0))
+    if perturbed.t1:
+        t1_bar = integrand_dot(problem.t1, y_final)
+    if perturbed.ts:
+        ts_bar = jnp.sum(ys_bar * save_slopes(system, params, problem.ts, ys), axis=-1)
+    y0_bar = lam if perturbed.y0 else None
+    return Problem(y0=y0_bar, params=pbar, t0=t0_bar, t1=t1_bar, ts=ts_bar)
+
+
+class ContinuousAdjoint(AbstractSensitivity):
+    """Reverse mode by solving the continuous adjoint ODE backwards in time.
+
+    Arguments:
+        state: how the backward pass knows ``y(t)``: ``"checkpointed"`` (default;
+            quintic Hermite interpolation of the stored forward steps, stable) or ``"backsolve"``
+            (re-integrate the state backwards; no storage, can be unstable).
+        rtol, atol: tolerances of the backward solve (default: those of the forward).
+
+    The gradient approximates the derivative of the exact solution to about the
+    tolerance; `DiscreteAdjoint` gives the exact derivative of the computed solution.
+    Cost: one forward solve plus one adaptive backward solve of ``2N + P``
+    (backsolve) or ``N + P`` equations, with one VJP of ``f`` per stage.
+    """
+
+    state: Literal["checkpointed", "backsolve"] = eqx.field(static=True, default="checkpointed")
+    rtol: float | None = eqx.field(static=True, default=None)
+    atol: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if self.state not in ("checkpointed", "backsolve"):
+            raise ValueError(
+                f"`state` must be 'checkpointed' or 'backsolve', got {self.state!r}"
+            )
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"`{name}` must be a positive number or None, got {value!r}")
+
+    def __call__(self, system: System, problem: Problem) -> SolveOutput:
+        return _solve(problem, system, self)

@@ -1,0 +1,126 @@
+"""Small pieces shared by the non-default sensitivity methods.
+
+- `DerivedSystem`: a `System`-like object with a different vector field (an augmented
+  sensitivity system, or an adjoint system integrated backwards), which `forward_loop`
+  integrates exactly like the user's system: the loop only reads ``field``,
+  ``field_integrand``, ``has_integrand``, the solver, the controller, the tolerances,
+  ``dt0``, ``max_steps`` and ``throw``.
+- Selection of the differentiated ("perturbed") parameter leaves, so that methods whose
+  cost grows with the number of parameters pay only for the ones being differentiated.
+- The continuous time-derivative formulas, shared by every method:
+  ``dy(t_i)/dt_i = f(t_i, y(t_i))``, ``dy/dt0 = -Phi f(t0, y0)``,
+  ``dq/dt0 = -R(t0, y0)`` (plus the state term), ``dq/dt1 = R(t1, y(t1))``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from ._controllers import AbstractController, Tolerances
+from ._solvers import AbstractERK
+from ._system import System
+
+
+class DerivedSystem(eqx.Module):
+    """A vector field built from a `System`, integrable by `forward_loop`.
+
+    Subclasses define `field` (and `field_integrand` when ``has_integrand``); the solver,
+    controller, tolerances, ``dt0``, ``max_steps`` and ``throw`` are fields so that a
+    derived system may change them (an adjoint system starts with ``dt0=None``; a
+    sensitivity system wraps the controller).
+    """
+
+    base: System
+    solver: AbstractERK
+    controller: AbstractController
+    tol: Tolerances
+    dt0: Array | None
+    max_steps: int = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+
+    @property
+    def has_integrand(self) -> bool:
+        return False
+
+    @abc.abstractmethod
+    def field(self, tau: Array, z: Array, params: Any, direction: Array) -> Array:
+        """The derived vector field in internal time ``tau``."""
+
+    def field_integrand(self, tau: Array, z: Array, params: Any, direction: Array) -> Array:
+        raise NotImplementedError
+
+
+def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:
+    """Constructor arguments of a `DerivedSystem` copying ``system``'s settings."""
+    kwargs = dict(
+        base=system, solver=system.solver, controller=system.controller, tol=system.tol,
+        dt0=system.dt0, max_steps=system.max_steps, throw=system.throw,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def mask_params(params: Any, perturbed: Any) -> tuple[Any, Any]:
+    """Split ``params`` into (differentiated leaves, the rest), ``None`` in the holes.
+
+    ``perturbed`` is a tree like ``params`` whose leaves say whether that leaf is being
+    differentiated (a bool, or a tangent that is ``None`` when it is not).
+    """
+    def is_none(x: Any) -> bool:
+        return x is None
+
+    def on(p: Any, flag: Any) -> Any:
+        return p if p is not None and flag is not None and flag is not False else None
+
+    def off(p: Any, flag: Any) -> Any:
+        return None if on(p, flag) is not None else p
+
+    ons = jax.tree.map(on, params, perturbed, is_leaf=is_none)
+    offs = jax.tree.map(off, params, perturbed, is_leaf=is_none)
+    return ons, offs
+
+
+def combine(on: Any, off: Any) -> Any:
+    """Inverse of `mask_params`."""
+    return eqx.combine(on, off)
+
+
+def ravel(tree: Any, dtype: Any) -> tuple[Array, Callable[[Array], Any]]:
+    """`ravel_pytree` that always returns an array of ``dtype`` (empty trees included)."""
+    flat, unravel = ravel_pytree(tree)
+    return flat.astype(dtype), unravel
+
+
+def tangent_or_zeros(tangent: Any, like: Array) -> Array:
+    """A symbolic-zero tangent (``None``) as explicit zeros."""
+    return jnp.zeros_like(like) if tangent is None else tangent
+
+
+def save_slopes(system: System, params: Any, ts: Array, ys: Array) -> Array:
+    """``f(t_i, y(t_i))`` at every save: the derivative of a save with respect to its time."""
+    return jax.vmap(lambda t, y: system.rhs(t, y, params))(ts, ys)
+
+
+def integrand_or_empty(system: System, t: Array, y: Array, params: Any) -> Array:
+    """``R(t, y)`` (flat), or an empty vector without an integrand."""
+    if not system.has_integrand:
+        return jnp.zeros((0,), y.dtype)
+    return system.integrand(t, y, params)
+
+
+def materialise_tangent(primal: Any, tangent: Any) -> Any:
+    """Replace symbolic-zero (``None``) tangents of array leaves of ``primal`` by zeros."""
+    def fill(p: Any, t: Any) -> Any:
+        if p is None:
+            return None
+        return jnp.zeros_like(p) if t is None else t
+
+    return jax.tree.map(fill, primal, tangent, is_leaf=lambda x: x is None)

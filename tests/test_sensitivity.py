@@ -1,0 +1,229 @@
+"""Every sensitivity method behind one `solve`, checked against the discrete adjoint.
+
+One small problem drives most tests: a two-species Lotka–Volterra system with a time-
+dependent forcing (so `rhs` depends on `t`), an initial state that depends on the
+parameters, save times including `t0`, and a two-component integrand; the loss uses
+every output, and gradients are taken with respect to the parameters and all the times.
+
+- forward-mode methods on the recorded grid (`DiscreteForward`, `ForwardSensitivity`
+  without error control) equal `DiscreteAdjoint` to round-off;
+- continuous methods (`ForwardSensitivity` with error control, `ContinuousAdjoint` both
+  ways) approach a tight reference as `rtol` shrinks;
+- `FiniteDifferences` matches a tight reference to ~1e-6;
+- all of them match closed-form sensitivities (including `t0`, `t1`) on `y' = a cos(t) y`.
+
+Compiled functions are module-level and take the method as a static argument and the
+tolerance as an array, so each (method, transformation) pair compiles once.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import accepted_grid, max_rel_diff, replay
+
+import jaxadjoint as ja
+
+MAX_STEPS = 160
+SAVES = jnp.array([0.0, 0.7, 1.6])
+WEIGHTS = jnp.array([[1.0, -0.5], [0.3, 2.0], [1.5, 0.7]])
+INTEGRAL_WEIGHTS = jnp.array([0.4, -1.1])
+
+
+def rhs(t, y, args):
+    r, A = args
+    return y * (r + A @ y) + 0.1 * jnp.sin(2.0 * t)
+
+
+def integrand(t, y, args):
+    del args
+    return jnp.stack([jnp.sum(y**2), y[0] * jnp.cos(t)])
+
+
+def initial_state(r):
+    return 0.4 + 0.2 * jnp.tanh(r)  # the initial state depends on the parameters
+
+
+INPUTS = (
+    jnp.array([0.8, -0.4]),  # r
+    jnp.array([[-1.0, -0.6], [0.7, -0.5]]),  # A
+    jnp.array(0.0),  # t0
+    jnp.array(2.0),  # t1
+    SAVES,
+)
+
+
+def loss(inputs, method, tol):
+    r, A, t0, t1, ts = inputs
+    sol = ja.solve(
+        rhs, initial_state(r), t0, t1, (r, A), rtol=tol, atol=tol, saveat=ts,
+        sensitivity=method, integrand=integrand, max_steps=MAX_STEPS,
+    )
+    return jnp.sum(WEIGHTS * sol.ys**2) + jnp.dot(INTEGRAL_WEIGHTS, sol.integral)
+
+
+grad_loss = jax.jit(jax.grad(loss), static_argnums=1)
+jacfwd_loss = jax.jit(jax.jacfwd(loss), static_argnums=1)
+
+TOL = jnp.array(1e-7)
+
+
+@pytest.fixture(scope="module")
+def discrete_gradient():
+    return grad_loss(INPUTS, ja.DiscreteAdjoint(), TOL)
+
+
+@pytest.fixture(scope="module")
+def tight_gradient():
+    return grad_loss(INPUTS, ja.DiscreteAdjoint(), jnp.array(1e-12))
+
+
+@pytest.mark.parametrize(
+    "method,mode",
+    [
+        (ja.DiscreteForward(), "jacfwd"),
+        (ja.DiscreteForward(), "grad"),  # by transposing the replay
+        (ja.ForwardSensitivity(error_control=False), "jacfwd"),
+    ],
+    ids=["discrete-forward-jacfwd", "discrete-forward-grad", "forward-sensitivity-jacfwd"],
+)
+def test_forward_mode_on_the_grid_equals_discrete_adjoint(method, mode, discrete_gradient):
+    fn = jacfwd_loss if mode == "jacfwd" else grad_loss
+    got = fn(INPUTS, method, TOL)
+    for name, g, ref in zip(["r", "A", "t0", "t1", "ts"], got, discrete_gradient):
+        assert max_rel_diff(g, ref) < 1e-11, name
+
+
+@pytest.mark.parametrize(
+    "method",
+    [ja.ForwardSensitivity(), ja.ContinuousAdjoint(), ja.ContinuousAdjoint(state="backsolve")],
+    ids=["forward-sensitivity", "adjoint-checkpointed", "adjoint-backsolve"],
+)
+def test_continuous_methods_converge_with_rtol(method, tight_gradient):
+    errors = [max_rel_diff(grad_loss(INPUTS, method, jnp.array(tol)), tight_gradient)
+              for tol in (1e-5, 1e-9)]
+    assert errors[1] < 1e-6
+    assert errors[1] < errors[0] / 30
+
+
+@pytest.mark.parametrize(
+    "method,mode,bound",
+    [
+        (ja.FiniteDifferences(step=1e-6), "grad", 1e-6),
+        (ja.FiniteDifferences(step=1e-7, scheme="forward"), "jacfwd", 1e-4),
+    ],
+    ids=["central-grad", "forward-jacfwd"],
+)
+def test_finite_differences_match_tight_reference(method, mode, bound, tight_gradient):
+    fn = jacfwd_loss if mode == "jacfwd" else grad_loss
+    got = fn(INPUTS, method, jnp.array(1e-12))
+    assert max_rel_diff(got, tight_gradient) < bound
+
+
+# --- closed form: y' = a cos(t) y, y(t0) = c^2 ------------------------------------------
+
+
+def growth_rhs(t, y, a):
+    return a * jnp.cos(t) * y
+
+
+GROWTH_SAVES = jnp.array([0.5, 1.5, 3.0])
+
+
+def growth_outputs(x, method):
+    """``y`` at the saves and at ``t1``, with ``y0 = c^2``: a function of ``(c, a, t0, t1)``."""
+    c, a, t0, t1 = x
+    saveat = jnp.concatenate([GROWTH_SAVES, t1[None]])  # the last save moves with t1
+    return ja.solve(growth_rhs, c**2, t0, t1, a, rtol=1e-10, atol=1e-10, saveat=saveat,
+                    sensitivity=method, max_steps=MAX_STEPS).ys
+
+
+def growth_exact(x):
+    c, a, t0, t1 = x
+    times = jnp.concatenate([GROWTH_SAVES, t1[None]])
+    return c**2 * jnp.exp(a * (jnp.sin(times) - jnp.sin(t0)))
+
+
+GROWTH_X = (jnp.array(1.2), jnp.array(0.8), jnp.array(0.2), jnp.array(3.5))
+jac_growth = jax.jit(jax.jacrev(growth_outputs), static_argnums=1)
+
+
+@pytest.mark.parametrize(
+    "method,bound",
+    [
+        (ja.DiscreteForward(), 1e-8),
+        (ja.ForwardSensitivity(), 1e-8),
+        (ja.ContinuousAdjoint(), 1e-7),
+        (ja.ContinuousAdjoint(state="backsolve"), 1e-7),
+        (ja.FiniteDifferences(), 1e-6),
+    ],
+    ids=lambda m: type(m).__name__ + getattr(m, "state", "") if not isinstance(m, float) else "",
+)
+def test_against_closed_form_sensitivities(method, bound):
+    # The exact Jacobian in (c, a, t0, t1): dy/dt1 = f(t1, y(t1)) and dy/dt0 = -Phi f(t0, y0).
+    got = jac_growth(GROWTH_X, method)
+    exact = jax.jacrev(growth_exact)(GROWTH_X)
+    assert max_rel_diff(got, exact) < bound
+
+
+# --- second order and the sensitivity trajectory ------------------------------------------
+
+
+def test_discrete_forward_hessian_matches_replay():
+    """`jax.hessian` (jacfwd of jacrev) through `DiscreteForward` is exact on the grid."""
+    x = jnp.array([1.5, 0.8])  # (y0, a)
+
+    def final_loss(x, method):
+        sol = ja.solve(growth_rhs, x[0], 0.0, 3.0, x[1], rtol=1e-6, atol=1e-6,
+                       sensitivity=method, max_steps=40)
+        return jnp.sum(sol.ys**3)
+
+    hess = jax.jit(jax.hessian(final_loss), static_argnums=1)(x, ja.DiscreteForward())
+    grid = accepted_grid(ja.solve(growth_rhs, x[0], 0.0, 3.0, x[1], rtol=1e-6, atol=1e-6))
+
+    def replay_loss(x):
+        return jnp.sum(replay(growth_rhs, ja.Dopri5.tableau, x[0], x[1], grid)[0] ** 3)
+
+    assert max_rel_diff(hess, jax.jit(jax.hessian(replay_loss))(x)) < 1e-10
+
+
+def test_sensitivity_trajectory_and_normalised():
+    a, y0 = jnp.array(0.8), jnp.array(1.5)
+    ts = jnp.linspace(0.0, 4.0, 5)
+    traj = ja.sensitivity_trajectory(growth_rhs, y0, 0.0, 4.0, a, saveat=ts, rtol=1e-10,
+                                     atol=1e-10, max_steps=MAX_STEPS)
+    exact = y0 * jnp.exp(a * jnp.sin(ts))
+    np.testing.assert_allclose(traj.ys, exact, rtol=1e-8)
+    np.testing.assert_allclose(traj.dy0, jnp.exp(a * jnp.sin(ts)), rtol=1e-8)
+    np.testing.assert_allclose(traj.dargs, exact * jnp.sin(ts), rtol=1e-7, atol=1e-12)
+    normalised = ja.normalised_sensitivities(traj, a)
+    np.testing.assert_allclose(normalised, a * jnp.sin(ts), rtol=1e-7, atol=1e-12)
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+def test_bad_options_raise():
+    with pytest.raises(ValueError, match="state"):
+        ja.ContinuousAdjoint(state="forwards")
+    with pytest.raises(ValueError, match="rtol"):
+        ja.ContinuousAdjoint(rtol=-1.0)
+    with pytest.raises(ValueError, match="step"):
+        ja.FiniteDifferences(step=0.0)
+    with pytest.raises(ValueError, match="scheme"):
+        ja.FiniteDifferences(scheme="backward")
+    with pytest.raises(TypeError, match="error_control"):
+        ja.ForwardSensitivity(error_control="yes")
+    with pytest.raises(ValueError, match="sensitivity_rtol"):
+        ja.ForwardSensitivity(sensitivity_rtol=-1e-6)
+
+
+def test_continuous_adjoint_rejects_step_to():
+    def f(a):
+        sol = ja.solve(growth_rhs, jnp.array(1.0), 0.0, 1.0, a, solver=ja.RK4(),
+                       controller=ja.StepTo(jnp.linspace(0.0, 1.0, 5)),
+                       sensitivity=ja.ContinuousAdjoint())
+        return jnp.sum(sol.ys)
+
+    with pytest.raises(ValueError, match="StepTo"):
+        jax.grad(f)(jnp.array(0.5))
