@@ -63,8 +63,11 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
     ys_bar = jnp.zeros_like(ys) if ys_bar is None else ys_bar
     mu = jnp.zeros_like(integral) if integral_bar is None else integral_bar
     params, direction = problem.params, problem.direction
-    ok = result == RESULTS.successful
-    ys_bar = eqx.error_if(ys_bar, ~ok, RESULTS[RESULTS.failed_solve_differentiated])
+    if not system.throw:
+        # With throw=True the forward pass has already raised with the failure's own
+        # message; a second check here could fire first and hide it.
+        failed = result != RESULTS.successful
+        ys_bar = eqx.error_if(ys_bar, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
     lam = jnp.zeros_like(problem.y0)
     pbar = jax.tree.map(jnp.zeros_like, params)

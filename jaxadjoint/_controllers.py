@@ -172,7 +172,11 @@ def initial_step(
     h1 = jnp.where(
         big <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / big) ** (1.0 / (order + 1))
     )
-    return jnp.minimum(100 * h0, h1)
+    h = jnp.minimum(100 * h0, h1)
+    # A non-finite f(t0, y0) makes the estimate NaN, and a NaN step is never "too small":
+    # start small instead, so that the forward loop rejects and shrinks the step until it
+    # reports `RESULTS.nonfinite`.
+    return jnp.where(jnp.isfinite(h), h, 1e-6)
 
 
 class _AdaptiveController(AbstractController):

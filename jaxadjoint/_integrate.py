@@ -8,6 +8,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
@@ -55,22 +56,21 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
     if isinstance(controller, ConstantStep):
         dt = check.as_real_array("controller.dt", controller.dt, dtype)
         check.check_scalar("controller.dt", dt)
-        if check.is_concrete(dt) and not (jnp.isfinite(dt) and dt != 0):
-            raise ValueError(f"`ConstantStep.dt` must be finite and non-zero, got {float(dt)}")
-        return ConstantStep(dt)
+        return ConstantStep(check.check_step("ConstantStep.dt", dt))
     if isinstance(controller, StepTo):
         ts = check.as_real_array("controller.ts", controller.ts, dtype)
         if ts.ndim != 1 or ts.shape[0] < 2:
             raise ValueError("`StepTo.ts` must be a 1-D array of at least two times")
-        direction = jnp.where(t1 >= t0, 1, -1)
-        bad = (ts[0] != t0) | (ts[-1] != t1) | jnp.any(direction * jnp.diff(ts) <= 0)
+        xp = np if all(check.is_concrete(x) for x in (ts, t0, t1)) else jnp
+        direction = xp.where(t1 >= t0, 1, -1)
+        bad = (ts[0] != t0) | (ts[-1] != t1) | xp.any(direction * xp.diff(ts) <= 0)
         msg = "`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1"
-        if all(check.is_concrete(x) for x in (ts, t0, t1)):
+        if xp is np:
             if bool(bad):
                 raise ValueError(msg)
         else:
             ts = eqx.error_if(ts, bad, msg)
-        return StepTo(ts)
+        return StepTo(jnp.asarray(ts))
     return controller
 
 
@@ -161,8 +161,7 @@ def solve(
     if dt0 is not None:
         dt0 = check.as_real_array("dt0", dt0, dtype)
         check.check_scalar("dt0", dt0)
-        if check.is_concrete(dt0) and not (jnp.isfinite(dt0) and dt0 != 0):
-            raise ValueError(f"`dt0` must be finite and non-zero, got {float(dt0)}")
+        dt0 = check.check_step("dt0", dt0)
     controller = _default_controller(solver, controller, dt0)
     controller = _check_controller(controller, t0, t1, dtype)
     if saveat is None:
@@ -170,6 +169,11 @@ def solve(
     else:
         ts = check.as_real_array("saveat", saveat, dtype)
         ts = check.check_save_times(ts, t0, t1)
+
+    # Checked values that were concrete are NumPy arrays (see `as_real_array`): from here on
+    # they are ordinary arrays of the computation.
+    t0, t1, rtol, atol, ts = (jnp.asarray(x) for x in (t0, t1, rtol, atol, ts))
+    dt0 = None if dt0 is None else jnp.asarray(dt0)
 
     unravel_integral = None
     integrand_cc = None

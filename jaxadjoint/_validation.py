@@ -20,6 +20,16 @@ def is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _np_or_jnp(*xs: Any) -> Any:
+    """NumPy for concrete values (so that checks can raise at trace time), else jax.numpy.
+
+    Inside `jit` (and `solve` is jitted) every `jax.numpy` operation is staged, even on
+    constants: ``jnp.isfinite(1.0)`` is a tracer there.  Concrete inputs are therefore
+    checked with NumPy.
+    """
+    return np if all(is_concrete(x) for x in xs) else jnp
+
+
 def check_floating_tree(name: str, tree: Any, *, allow_integers: bool) -> None:
     """Leaves of ``tree`` must be real floating arrays (or, if allowed, integer/bool)."""
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
@@ -45,7 +55,9 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
         raise ValueError(f"`{name}` must be real, got a complex value")
     if not eqx.is_array_like(x):
         raise ValueError(f"`{name}` must be a real number or array, got {type(x).__name__}")
-    return jnp.asarray(x, dtype)
+    # A concrete value (a Python number inside `solve`) stays a NumPy array, so that its
+    # value can still be checked at trace time; `jnp.asarray` would make it a tracer.
+    return np.asarray(x, dtype) if is_concrete(x) else jnp.asarray(x, dtype)
 
 
 def check_scalar(name: str, x: Array) -> None:
@@ -67,10 +79,21 @@ def check_times(t0: Array, t1: Array) -> Array:
     return eqx.error_if(t0, t0 == t1, msg_equal)
 
 
+def check_step(name: str, dt: Array) -> Array:
+    """A step size must be finite and non-zero (its sign is ignored)."""
+    msg = f"`{name}` must be finite and non-zero"
+    if is_concrete(dt):
+        if not (np.isfinite(dt) and dt != 0):
+            raise ValueError(f"{msg}, got {float(dt)}")
+        return jnp.asarray(dt)
+    return eqx.error_if(dt, ~jnp.isfinite(dt) | (dt == 0), msg)
+
+
 def check_tolerances(rtol: Array, atol: Array) -> tuple[Array, Array]:
     msg = "`rtol` and `atol` must be finite and non-negative, and not both zero"
+    xp = _np_or_jnp(rtol, atol)
     bad = (
-        ~jnp.isfinite(rtol) | ~jnp.isfinite(atol) | (rtol < 0) | (atol < 0)
+        ~xp.isfinite(rtol) | ~xp.isfinite(atol) | (rtol < 0) | (atol < 0)
         | ((rtol == 0) & (atol == 0))
     )
     if is_concrete(rtol) and is_concrete(atol):
@@ -84,11 +107,12 @@ def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
     """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it."""
     if ts.ndim != 1 or ts.shape[0] == 0:
         raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
-    direction = jnp.where(t1 >= t0, 1, -1)
+    xp = _np_or_jnp(ts, t0, t1)
+    direction = xp.where(t1 >= t0, 1, -1)
     taus = direction * ts
-    bad_order = jnp.any(jnp.diff(taus) < 0) if ts.shape[0] > 1 else jnp.array(False)
-    outside = jnp.any(taus < direction * t0) | jnp.any(taus > direction * t1)
-    nonfinite = ~jnp.all(jnp.isfinite(ts))
+    bad_order = xp.any(xp.diff(taus) < 0) if ts.shape[0] > 1 else xp.array(False)
+    outside = xp.any(taus < direction * t0) | xp.any(taus > direction * t1)
+    nonfinite = ~xp.all(xp.isfinite(ts))
     msg = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
         "(non-decreasing for t1 > t0)"

@@ -1,0 +1,158 @@
+"""Step-size controllers: the grids they record, their rules, and gradients on those grids.
+
+The gradient never goes through a controller (the grid is a recorded constant), so each
+controller is paired with one solver and checked against the replay on its grid, forwards
+and backwards; their step rules are checked directly on hand-made error values.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import solve_cases as sc
+
+import jaxadjoint as ja
+from jaxadjoint._controllers import Tolerances
+
+
+def step_to_grid(t0: float, t1: float, saveat) -> jnp.ndarray:
+    """13 uneven times from t0 to t1 (the save times among them)."""
+    fractions = np.sort(np.concatenate([np.linspace(0.0, 1.0, 10) ** 1.5, [0.11, 0.47, 0.83]]))
+    ts = t0 + fractions * (t1 - t0)
+    ts[0], ts[-1] = t0, t1
+    for s in saveat:  # snap the nearest grid time onto each save time
+        ts[np.argmin(np.abs(ts - s))] = s
+    return jnp.asarray(ts)
+
+
+def controller_cases():
+    """(solver, controller factory) pairs; every controller is covered once."""
+    return [
+        (ja.Dopri5(), lambda t0, t1, saveat: None),  # IController, the default
+        (ja.BogackiShampine(), lambda t0, t1, saveat: ja.PIController()),
+        (ja.CashKarp(), lambda t0, t1, saveat: ja.OdeintController()),  # the paper's pair
+        (ja.Dopri5(), lambda t0, t1, saveat: ja.ConstantStep(jnp.asarray(0.05))),
+        (ja.Heun(), lambda t0, t1, saveat: ja.StepTo(step_to_grid(t0, t1, saveat))),
+    ]
+
+
+CASE_IDS = ["Dopri5-I", "BogackiShampine-PI", "CashKarp-Odeint", "Dopri5-ConstantStep",
+            "Heun-StepTo"]
+
+
+@pytest.mark.parametrize("case", controller_cases(), ids=CASE_IDS)
+def test_gradient_matches_replay(case):
+    solver, make_controller = case
+    diff = sc.make_inputs(sc.layout_for(solver))
+    for t0, t1, saveat in (sc.FORWARD, sc.BACKWARD):
+        kwargs = sc.sweep_kwargs(solver, controller=make_controller(t0, t1, saveat))
+        sol, _, _ = sc.check_against_replay(diff, t0, t1, saveat, kwargs)
+        if isinstance(kwargs["controller"], ja.StepTo):
+            # StepTo steps exactly to its times (the save times are among them).
+            assert np.array_equal(sc.helpers.accepted_grid(sol), kwargs["controller"].ts)
+
+
+@pytest.mark.parametrize("case", controller_cases()[:3], ids=CASE_IDS[:3])
+def test_adaptive_controllers_meet_the_tolerance(case):
+    """At rtol = atol = 1e-7 the global error against the exact solution is small."""
+    solver, make_controller = case
+    diff = sc.make_inputs(sc.layout_for(solver), eps=0.0)
+    t0, t1, saveat = sc.FORWARD
+    kwargs = sc.sweep_kwargs(solver, controller=make_controller(t0, t1, saveat),
+                             rtol=1e-7, atol=1e-7)
+    output_error, grad_error, _ = sc.compare_with_exact(diff, t0, t1, saveat, kwargs)
+    assert output_error < 1e-5
+    assert grad_error < 1e-4
+
+
+def test_constant_step_grid_does_not_drift():
+    """Steps end at t0 + n dt computed directly, however long the run (a regression test:
+    the step actually taken used to feed back into the next one, so the grid drifted
+    and could stall below a grid point)."""
+    solver = ja.Dopri5()
+    diff = sc.make_inputs(sc.layout_for(solver))
+    t0, t1, saveat = 0.1, 2.1, (0.4, 0.7, 1.9)
+    for dt in (0.1, 0.01, 1 / 120):
+        kwargs = sc.sweep_kwargs(solver, controller=ja.ConstantStep(jnp.asarray(dt)))
+        _, _, sol = sc.run(diff, t0, t1, saveat, kwargs)
+        grid = sc.helpers.accepted_grid(sol)
+        n = round((t1 - t0) / dt)
+        assert len(grid) == n + 1  # the save times are grid points: no extra steps
+        np.testing.assert_allclose(grid, t0 + dt * np.arange(n + 1), rtol=0, atol=1e-13)
+    # Backwards, with save times off the grid: the steps after a save resume on it.
+    kwargs = sc.sweep_kwargs(solver, controller=ja.ConstantStep(jnp.asarray(0.25)))
+    _, _, sol = sc.run(diff, 2.1, -0.3, (1.5, 1.0, 0.05), kwargs)
+    grid = sc.helpers.accepted_grid(sol)
+    expected = np.sort(np.concatenate([2.1 - 0.25 * np.arange(10), [1.5, 1.0, 0.05, -0.3]]))
+    expected = expected[::-1]
+    np.testing.assert_allclose(grid, expected, rtol=0, atol=1e-13)
+
+
+# ------------------------------------------------------------------------------------------
+# The step rules, on hand-made errors (order p = 5, embedded order 4, as Dopri5/CashKarp).
+
+TOL = Tolerances(jnp.asarray(1e-3), jnp.asarray(1e-3))
+Y = jnp.ones(4)
+
+
+def scaled(err: float) -> jnp.ndarray:
+    """An error vector whose scaled RMS norm (and max norm) is ``err`` for ``Y`` fixed."""
+    return jnp.full(4, err * (1e-3 + 1e-3 * 1.0))
+
+
+def test_i_controller_rule():
+    c = ja.IController()
+    solver = ja.Dopri5()  # error estimate of order 4, so q = 5
+    accept, h, rejected = c.adapt(Y, Y, scaled(0.5), Y, jnp.asarray(1.0), jnp.array(False),
+                                  solver, TOL)
+    assert bool(accept) and not bool(rejected)
+    np.testing.assert_allclose(h, 0.9 * 0.5 ** (-1 / 5))
+    accept, h, rejected = c.adapt(Y, Y, scaled(2.0), Y, jnp.asarray(1.0), jnp.array(False),
+                                  solver, TOL)
+    assert not bool(accept) and bool(rejected)
+    np.testing.assert_allclose(h, 0.9 * 2.0 ** (-1 / 5))
+    # After a rejection the step may not grow; growth and shrinkage are clipped.
+    _, h, _ = c.adapt(Y, Y, scaled(1e-3), Y, jnp.asarray(1.0), jnp.array(True), solver, TOL)
+    np.testing.assert_allclose(h, 1.0)
+    _, h, _ = c.adapt(Y, Y, scaled(0.0), Y, jnp.asarray(1.0), jnp.array(False), solver, TOL)
+    np.testing.assert_allclose(h, 10.0)
+    _, h, _ = c.adapt(Y, Y, scaled(1e6), Y, jnp.asarray(1.0), jnp.array(False), solver, TOL)
+    np.testing.assert_allclose(h, 0.2)
+
+
+def test_pi_controller_rule():
+    c = ja.PIController()
+    solver = ja.Dopri5()
+    prev = jnp.asarray(0.5)
+    accept, h, state = c.adapt(Y, Y, scaled(0.25), Y, jnp.asarray(1.0), prev, solver, TOL)
+    assert bool(accept)
+    np.testing.assert_allclose(h, 0.9 * 0.25 ** (-0.7 / 5) * 0.5 ** (0.4 / 5))
+    np.testing.assert_allclose(state, 0.25)
+    accept, h, state = c.adapt(Y, Y, scaled(3.0), Y, jnp.asarray(1.0), prev, solver, TOL)
+    assert not bool(accept)
+    np.testing.assert_allclose(h, 0.9 * 3.0 ** (-0.7 / 5) * 0.5 ** (0.4 / 5))
+    np.testing.assert_allclose(state, 0.5)  # a rejected error is not remembered
+
+
+def test_odeint_controller_rule():
+    """boost::odeint (paper eqs. 9-11): reject and shrink above 1, grow below 1/2 (at most
+    5x), keep the step in between; the error is scaled by atol + rtol (|y| + h |f|)."""
+    c = ja.OdeintController()
+    solver = ja.CashKarp()  # p_S = 5, p_E = 4
+    k0 = jnp.zeros(4)  # so that the scale is atol + rtol |y|, as in `scaled`
+    h = jnp.asarray(1.0)
+    accept, h_new, _ = c.adapt(Y, Y, scaled(3.0), k0, h, None, solver, TOL)
+    assert not bool(accept)
+    np.testing.assert_allclose(h_new, max(0.9 * 3.0 ** (-1 / 3), 0.2))
+    accept, h_new, _ = c.adapt(Y, Y, scaled(0.2), k0, h, None, solver, TOL)
+    assert bool(accept)
+    np.testing.assert_allclose(h_new, 0.9 * 0.2 ** (-1 / 5))
+    accept, h_new, _ = c.adapt(Y, Y, scaled(0.7), k0, h, None, solver, TOL)
+    assert bool(accept)
+    np.testing.assert_allclose(h_new, 1.0)
+    _, h_new, _ = c.adapt(Y, Y, scaled(0.0), k0, h, None, solver, TOL)
+    np.testing.assert_allclose(h_new, 0.9 * 5.0)
+    # The derivative term of the scale: h |f| adds to |y|.
+    _, h_new, _ = c.adapt(Y, Y, scaled(0.7), jnp.ones(4), h, None, solver, TOL)
+    np.testing.assert_allclose(h_new, 0.9 * (0.7 / 1.5) ** (-1 / 5))

@@ -1,0 +1,176 @@
+"""What JAX traces and compiles: the reverse pass under `vmap`, and no silent recompiles.
+
+`jax.jacrev` is `vmap` of the pullback over cotangent seeds.  The discrete adjoint's
+reverse pass recomputes the stage values ``Y_m`` from the stored states; they depend only
+on the recorded solve, not on the seed, so they must stay *unbatched* — one matrix–vector
+product ``A @ Y_m`` per stage — while the vector–Jacobian products carry the batch and
+become matrix–matrix products ``Kbar @ A``.  (Batched recomputation would be correct but
+would redo the same stage arithmetic once per seed.)
+
+How to check this by hand::
+
+    print(jax.make_jaxpr(jax.jacrev(make_F(None)))(A))
+
+and find the two big ``while`` loops: the forward solve (no 11 anywhere in it) and the
+reverse sweep, whose carry holds the batched adjoint ``f64[11,5]`` (11 = the number of
+seeds; ``f64[11,5,5]`` for the parameter adjoint).  In its body, the stage
+recomputation shows up as ``dot_general`` of ``f64[5,5]`` with ``f64[5]`` (contracting
+``A``'s dimension 1) and the state VJPs as ``dot_general`` of ``f64[11,5]`` with
+``f64[5,5]`` (contracting ``A``'s dimension 0).  A ``dot_general`` contracting ``A``'s
+dimension 1 against an operand with an 11 in its shape would mean the recomputation
+was batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import solve_cases as sc
+from jax.extend import core as jex
+
+import jaxadjoint as ja
+
+N = 5  # state size
+SEEDS = 11  # outputs of F = number of cotangent seeds of jacrev (distinct from every
+# other size in the program: N, the number of stages, blocks of stages, max_steps + 1)
+MAX_STEPS = 64
+
+A = jnp.asarray(np.random.default_rng(0).normal(size=(N, N)) * 0.3)
+C = jnp.asarray(np.random.default_rng(1).normal(size=(SEEDS, N)))
+Y0 = jnp.linspace(1.0, 2.0, N)
+
+
+# Enough extra parameters (>= 1024) to send the reverse pass through blocks of steps.
+P = jnp.asarray(np.random.default_rng(2).normal(size=(N, 210)) * 1e-3)
+
+
+def linear(t, y, args):
+    del t
+    A, P = args
+    out = A @ y
+    if P is not None:
+        out = out + P @ jnp.tile(jnp.tanh(y), P.shape[1] // N)
+    return out
+
+
+def make_F(P):
+    def F(A):
+        """``C y(1)`` for ``y' = A y (+ P g(y))``: SEEDS outputs, so `jacrev` vmaps over
+        SEEDS seeds."""
+        return C @ ja.solve(linear, Y0, 0.0, 1.0, (A, P), max_steps=MAX_STEPS).ys[0]
+
+    return F
+
+
+def subjaxprs(eqn) -> Iterator[jex.Jaxpr]:
+    """The jaxprs nested in an equation's parameters (loop bodies, branches, calls)."""
+    for value in eqn.params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, jex.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jex.Jaxpr):
+                yield v
+
+
+def equations(jaxpr: jex.Jaxpr) -> Iterator:
+    """Every equation of ``jaxpr``, recursively."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in subjaxprs(eqn):
+            yield from equations(sub)
+
+
+def while_loops(jaxpr: jex.Jaxpr) -> list:
+    """The outermost ``while`` equations of ``jaxpr`` (not those nested in a loop)."""
+    loops = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            loops.append(eqn)
+        else:
+            for sub in subjaxprs(eqn):
+                loops.extend(while_loops(sub))
+    return loops
+
+
+def is_batched(var) -> bool:
+    return SEEDS in getattr(var.aval, "shape", ())
+
+
+def classify_products(eqns) -> dict[str, int]:
+    """Count the ``dot_general``s involving the (N, N) matrix by role and batching.
+
+    ``forward``: ``A`` contracted on its dimension 1 (``A @ y``, the rhs itself);
+    ``transposed``: contracted on dimension 0 (``kbar @ A``, a vector–Jacobian product).
+    """
+    counts = {"forward unbatched": 0, "forward batched": 0,
+              "transposed unbatched": 0, "transposed batched": 0}
+    for eqn in eqns:
+        if eqn.primitive.name != "dot_general":
+            continue
+        (lhs_contract, rhs_contract), _ = eqn.params["dimension_numbers"]
+        lhs, rhs = eqn.invars
+        for matrix, other, contract in ((lhs, rhs, lhs_contract), (rhs, lhs, rhs_contract)):
+            if matrix.aval.shape == (N, N) and len(contract) == 1:
+                role = "forward" if contract[0] == 1 else "transposed"
+                batch = "batched" if (is_batched(other) or is_batched(eqn.outvars[0])) \
+                    else "unbatched"
+                counts[f"{role} {batch}"] += 1
+    return counts
+
+
+def test_classifier_sees_a_batched_matrix_vector_product():
+    """The counting below would notice a batched recomputation: check it on one."""
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda y: A @ y))(jnp.ones((SEEDS, N)))
+    assert classify_products(equations(jaxpr.jaxpr))["forward batched"] == 1
+    jaxpr = jax.make_jaxpr(lambda y: A @ y)(jnp.ones(N))
+    assert classify_products(equations(jaxpr.jaxpr))["forward unbatched"] == 1
+
+
+@pytest.mark.parametrize("P", [None, P], ids=["one-step", "blocked"])
+def test_jacrev_reverse_pass_recomputes_stages_unbatched(P):
+    jaxpr = jax.make_jaxpr(jax.jacrev(make_F(P)))(A).jaxpr
+    loops = while_loops(jaxpr)
+    batched_loops = [
+        loop for loop in loops
+        if any(is_batched(v) for v in loop.outvars)
+    ]
+    unbatched_loops = [loop for loop in loops if loop not in batched_loops]
+    # The forward solve runs once, unbatched (its loop has no seed axis anywhere).
+    forward = [loop for loop in unbatched_loops
+               if classify_products(equations(loop.params["body_jaxpr"].jaxpr))
+               ["forward unbatched"] > 0]
+    assert forward, "no forward solve loop found"
+    for loop in forward:
+        body = list(equations(loop.params["body_jaxpr"].jaxpr))
+        assert not any(is_batched(v) for eqn in body for v in eqn.outvars)
+    # The reverse sweep: the loop that carries the batched adjoint and multiplies by A.
+    reverse = [loop for loop in batched_loops
+               if sum(classify_products(equations(loop.params["body_jaxpr"].jaxpr)).values())]
+    assert len(reverse) == 1, f"expected one reverse loop, found {len(reverse)}"
+    counts = classify_products(equations(reverse[0].params["body_jaxpr"].jaxpr))
+    live_stages = len(ja.Dopri5().tableau.live_stages)
+    assert counts["forward batched"] == 0, counts  # no stage recomputed per seed
+    assert counts["forward unbatched"] >= live_stages, counts  # stages recomputed, once
+    assert counts["transposed batched"] >= live_stages, counts  # batched VJPs
+    assert counts["transposed unbatched"] == 0, counts
+
+
+def test_no_recompile_for_new_values():
+    """Calling the compiled gradient again with new values (inputs, times, save times,
+    tolerances, first step) does not trace it again."""
+    solver = ja.Dopri5()
+    diff = sc.make_inputs(sc.layout_for(solver))
+    kwargs = sc.sweep_kwargs(solver)
+    t0, t1, saveat = sc.FORWARD
+    sc.run(diff, t0, t1, saveat, kwargs)
+    assert sc.traces_of_run(diff, t0, t1, saveat, kwargs) == 1
+    new_diff = sc.make_inputs(sc.layout_for(solver), eps=0.1, u0=(0.3, 0.2, 0.1))
+    new_kwargs = sc.sweep_kwargs(solver, rtol=1e-5, atol=1e-6, dt0=0.3)
+    sc.run(new_diff, *sc.BACKWARD, new_kwargs)
+    sc.run(new_diff, -1.0, 0.5, (-0.5, 0.0, 0.5), new_kwargs)
+    assert sc.traces_of_run(diff, t0, t1, saveat, kwargs) == 1
+    assert sc.traces_of_run(new_diff, -1.0, 0.5, (-0.5, 0.0, 0.5), new_kwargs) == 1

@@ -1,0 +1,336 @@
+"""Every bad input gets a clear error naming the argument; every failure has a `RESULTS` code.
+
+Structural problems raise at trace time (`ValueError`/`TypeError`, nothing compiles);
+values only known at run time (traced tolerances, times, save times) raise an
+`equinox.EquinoxRuntimeError` when the compiled program runs; with ``throw=False`` a
+failed solve reports ``sol.result`` and differentiating it raises.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import solve_cases as sc
+
+import jaxadjoint as ja
+
+
+def decay(t, y, args):
+    del t
+    return -args * y
+
+
+Y0 = jnp.array([1.0, 2.0])
+K = jnp.asarray(0.5)
+
+
+def solve(**kwargs):
+    """`ja.solve` of the decay problem with keyword overrides (traces only up to the error)."""
+    call = dict(rhs=decay, y0=Y0, t0=0.0, t1=1.0, args=K)
+    call.update(kwargs)
+    return ja.solve(call.pop("rhs"), call.pop("y0"), call.pop("t0"), call.pop("t1"),
+                    call.pop("args"), **call)
+
+
+# ------------------------------------------------------------------------------------------
+# Trace-time errors.
+
+
+@pytest.mark.parametrize(
+    "rhs, match",
+    [
+        (lambda t, y, args: {"a": y}, "structure of `y0`"),
+        (lambda t, y, args: jnp.zeros(3), r"returned shape \(3,\).*`y0` has shape \(2,\)"),
+        (lambda t, y, args: jnp.zeros(2, jnp.int32), "must return floating arrays"),
+    ],
+    ids=["structure", "shape", "integer"],
+)
+def test_rhs_output_mismatch(rhs, match):
+    with pytest.raises(ValueError, match=match):
+        solve(rhs=rhs)
+
+
+def test_rhs_output_mismatch_in_pytree_state():
+    y0 = {"x": jnp.zeros(2), "v": jnp.zeros(())}
+    with pytest.raises(ValueError, match=r"returned shape \(3,\) at \['x'\]"):
+        solve(rhs=lambda t, y, args: {"x": jnp.zeros(3), "v": y["v"]}, y0=y0)
+    with pytest.raises(ValueError, match="structure of `y0`"):
+        solve(rhs=lambda t, y, args: (y["x"], y["v"]), y0=y0)
+
+
+def test_rhs_that_fails_is_reported_with_context():
+    def bad(t, y, args):
+        raise TypeError("boom")
+
+    with pytest.raises(TypeError, match=r"calling `rhs\(t0, y0, args\)` failed: boom"):
+        solve(rhs=bad)
+
+
+@pytest.mark.parametrize(
+    "y0, match",
+    [
+        (jnp.array([1, 2]), r"`y0` has dtype int.*floating"),
+        (jnp.array([1.0 + 1j, 2.0]), r"`y0` has complex dtype"),
+        ({"a": jnp.zeros(2), "b": jnp.array([True])}, r"`y0\['b'\]` has dtype bool"),
+        ({}, "`y0` must contain at least one array"),
+        (jnp.zeros((0,)), "`y0` has no elements"),
+    ],
+    ids=["int", "complex", "bool-leaf", "empty-tree", "no-elements"],
+)
+def test_bad_initial_state(y0, match):
+    with pytest.raises(ValueError, match=match):
+        solve(y0=y0, rhs=lambda t, y, args: y)
+
+
+def test_complex_args():
+    with pytest.raises(ValueError, match=r"`args\[1\]` has complex dtype"):
+        solve(args=(K, jnp.array([1j])), rhs=lambda t, y, args: -args[0] * y)
+
+
+@pytest.mark.parametrize(
+    "rtol, atol",
+    [(-1e-6, 1e-6), (1e-6, -1e-6), (0.0, 0.0), (np.inf, 1e-6), (1e-6, np.nan)],
+    ids=["negative-rtol", "negative-atol", "both-zero", "inf", "nan"],
+)
+def test_bad_tolerances(rtol, atol):
+    with pytest.raises(ValueError, match="`rtol` and `atol` must be finite and non-negative"):
+        solve(rtol=rtol, atol=atol)
+
+
+def test_tolerance_must_be_real_scalar():
+    with pytest.raises(ValueError, match="`rtol` must be a scalar"):
+        solve(rtol=jnp.array([1e-6, 1e-6]))
+    with pytest.raises(ValueError, match="`atol` must be real"):
+        solve(atol=1e-6 + 1e-6j)
+
+
+@pytest.mark.parametrize(
+    "t0, t1, match",
+    [
+        (0.0, 0.0, "`t1` must differ from `t0`"),
+        (0.0, np.inf, "`t0` and `t1` must be finite"),
+        (np.nan, 1.0, "`t0` and `t1` must be finite"),
+        (jnp.zeros(2), 1.0, "`t0` must be a scalar"),
+        (0.0, "1.0", "`t1` must be a real number or array"),
+        (0.0, 1.0 + 0.5j, "`t1` must be real"),
+    ],
+    ids=["equal", "inf", "nan", "array", "string", "complex"],
+)
+def test_bad_times(t0, t1, match):
+    with pytest.raises(ValueError, match=match):
+        solve(t0=t0, t1=t1)
+
+
+@pytest.mark.parametrize(
+    "saveat, t0, t1",
+    [
+        ([0.5, 0.2], 0.0, 1.0),  # unsorted
+        ([0.5, 1.5], 0.0, 1.0),  # after t1
+        ([-0.1, 0.5], 0.0, 1.0),  # before t0
+        ([0.5, np.nan], 0.0, 1.0),
+        ([0.2, 0.5], 1.0, 0.0),  # backwards solve: must decrease
+    ],
+    ids=["unsorted", "after-t1", "before-t0", "nan", "wrong-direction"],
+)
+def test_bad_saveat(saveat, t0, t1):
+    """Save times are an array, so `solve` (jitted) sees them traced: a run-time error.
+    (Same shapes throughout, so one compiled program serves each direction.)"""
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`saveat` must hold finite times inside"):
+        jax.block_until_ready(solve(saveat=jnp.asarray(saveat), t0=t0, t1=t1))
+
+
+@pytest.mark.parametrize("saveat", [jnp.zeros((2, 2)), jnp.zeros((0,)), jnp.asarray(0.5)],
+                         ids=["2-D", "empty", "scalar"])
+def test_saveat_must_be_nonempty_1d(saveat):
+    with pytest.raises(ValueError, match="`saveat` must be a non-empty 1-D array"):
+        solve(saveat=saveat)
+
+
+@pytest.mark.parametrize("max_steps", [0, -3, 2.5, True, "10"])
+def test_bad_max_steps(max_steps):
+    with pytest.raises(ValueError, match="`max_steps` must be a positive integer"):
+        solve(max_steps=max_steps)
+
+
+def test_fixed_step_solver_needs_a_step():
+    with pytest.raises(ValueError, match=r"`solver=RK4\(\)` has no error estimate.*`dt0=`"):
+        solve(solver=ja.RK4())
+
+
+@pytest.mark.parametrize(
+    "controller", [ja.IController(), ja.PIController(), ja.OdeintController()],
+    ids=["I", "PI", "Odeint"],
+)
+def test_adaptive_controller_needs_adaptive_solver(controller):
+    name = type(controller).__name__
+    with pytest.raises(ValueError, match=rf"`controller={name}\(\)` needs an error estimate"):
+        solve(solver=ja.Euler(), controller=controller)
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [[0.1, 0.3, 0.5, 1.0], [0.0, 0.3, 0.5, 0.9], [0.0, 0.6, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0]],
+    ids=["not-at-t0", "not-at-t1", "unsorted", "repeated"],
+)
+def test_bad_step_to_grid(ts):
+    """An array of times, hence traced: checked at run time."""
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`StepTo.ts` must start at t0, end at"):
+        jax.block_until_ready(solve(solver=ja.RK4(), controller=ja.StepTo(jnp.asarray(ts))))
+
+
+@pytest.mark.parametrize("ts", [[1.0], [[0.0, 1.0]]], ids=["single", "2-D"])
+def test_step_to_grid_shape(ts):
+    with pytest.raises(ValueError, match="`StepTo.ts` must be a 1-D array of at least two"):
+        solve(solver=ja.RK4(), controller=ja.StepTo(jnp.asarray(ts)))
+
+
+@pytest.mark.parametrize("dt", [0.0, np.inf, np.nan])
+def test_bad_constant_step(dt):
+    with pytest.raises(ValueError, match="`ConstantStep.dt` must be finite and non-zero"):
+        solve(solver=ja.RK4(), controller=ja.ConstantStep(dt))
+    with pytest.raises(ValueError, match="`dt0` must be finite and non-zero"):
+        solve(solver=ja.RK4(), dt0=dt)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rhs=3.0), "`rhs` must be callable"),
+        (dict(solver="Dopri5"), "`solver` must be a jaxadjoint solver"),
+        (dict(controller="I"), "`controller` must be a jaxadjoint controller"),
+        (dict(sensitivity="adjoint"), "`sensitivity` must be a jaxadjoint sensitivity method"),
+        (dict(integrand=1.0), "`integrand` must be callable"),
+    ],
+    ids=["rhs", "solver", "controller", "sensitivity", "integrand"],
+)
+def test_wrong_types(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        solve(**kwargs)
+
+
+def test_bad_integrand_output():
+    with pytest.raises(ValueError, match="`integrand` must return floating arrays"):
+        solve(integrand=lambda t, y, args: jnp.zeros(2, jnp.int32))
+    with pytest.raises(ValueError, match="`integrand` returned no arrays"):
+        solve(integrand=lambda t, y, args: {})
+
+
+# ------------------------------------------------------------------------------------------
+# Run-time errors of traced values, through the shared compiled sweep function (so that
+# nothing new compiles: its tolerances, times and save times are traced).
+
+SOLVER = ja.Dopri5()
+DIFF = sc.make_inputs(sc.layout_for(SOLVER))
+
+
+def run(t0=0.1, t1=2.1, saveat=(0.4, 0.7, 1.9), diff=DIFF, **kwargs):
+    return sc.run(diff, t0, t1, saveat, sc.sweep_kwargs(SOLVER, **kwargs))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rtol=-1.0), "`rtol` and `atol` must be finite and non-negative"),
+        (dict(rtol=0.0, atol=0.0), "`rtol` and `atol` must be finite and non-negative"),
+        (dict(t0=1.0, t1=1.0, saveat=(1.0, 1.0, 1.0)), "`t1` must differ from `t0`"),
+        (dict(t1=np.inf), "`t0` and `t1` must be finite"),
+        (dict(saveat=(0.4, 1.9, 0.7)), "`saveat` must hold finite times inside"),
+        (dict(saveat=(0.4, 0.7, 2.5)), "`saveat` must hold finite times inside"),
+        (dict(dt0=np.nan), "`dt0` must be finite and non-zero"),
+        (dict(dt0=0.0), "`dt0` must be finite and non-zero"),
+    ],
+    ids=["negative-rtol", "zero-tolerances", "equal-times", "inf-time", "unsorted-saveat",
+         "saveat-outside", "nan-dt0", "zero-dt0"],
+)
+def test_traced_bad_values_raise_at_run_time(kwargs, match):
+    with pytest.raises(eqx.EquinoxRuntimeError, match=match):
+        jax.block_until_ready(run(**kwargs))
+
+
+def test_traced_zero_constant_step_raises_at_run_time():
+    solver = ja.Euler()
+    diff = sc.make_inputs(sc.layout_for(solver))
+    kwargs = sc.sweep_kwargs(solver, dt=0.0)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`ConstantStep.dt` must be finite"):
+        jax.block_until_ready(sc.run(diff, *sc.FORWARD, kwargs))
+
+
+# ------------------------------------------------------------------------------------------
+# throw=False: failures are reported in `sol.result`; differentiating them raises.
+
+
+@eqx.filter_jit
+def _solve_forward(diff, t1, rtol, dt0, throw):
+    y0, args, rhs = diff
+    return ja.solve(rhs, y0, 0.1, t1, args, solver=SOLVER, rtol=rtol, atol=rtol, dt0=dt0,
+                    max_steps=sc.MAX_STEPS, throw=throw)
+
+
+def solve_no_throw(diff, t1, rtol, dt0=0.05, throw=False):
+    """Forward solve (``throw=False`` by default); values as arrays so that they are traced."""
+    dt0 = None if dt0 is None else jnp.asarray(dt0)
+    return _solve_forward(diff, jnp.asarray(t1), jnp.asarray(rtol), dt0, throw)
+
+
+def with_nan(diff):
+    """The sweep problem with a NaN in the forcing: the rhs returns NaN."""
+    y0, args, rhs = diff
+    return y0, args, eqx.tree_at(lambda r: r.b, rhs, jnp.array([jnp.nan, 0.0, 0.0]))
+
+
+def test_results_without_throwing():
+    sol = solve_no_throw(DIFF, 2.1, 1e-7)
+    assert sol.result == ja.RESULTS.successful
+    sol = solve_no_throw(DIFF, 60.0, 1e-12)
+    assert sol.result == ja.RESULTS.max_steps_reached
+    assert int(sol.stats["num_steps"]) == sc.MAX_STEPS
+    # Steps are recorded up to where the solve stopped; the rest is inf padding.
+    steps = np.asarray(sol.steps)
+    accepted = int(sol.stats["num_accepted_steps"])
+    assert np.all(np.isfinite(steps[: accepted + 1])) and np.all(np.isinf(steps[accepted + 1:]))
+    sol = solve_no_throw(with_nan(DIFF), 2.1, 1e-7)
+    assert sol.result == ja.RESULTS.nonfinite
+    assert int(sol.stats["num_accepted_steps"]) == 0
+
+
+def test_failures_raise_with_throw():
+    with pytest.raises(eqx.EquinoxRuntimeError, match="reached `max_steps` before `t1`"):
+        jax.block_until_ready(solve_no_throw(DIFF, 60.0, 1e-12, throw=True))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="produced NaN or Inf"):
+        jax.block_until_ready(solve_no_throw(with_nan(DIFF), 2.1, 1e-7, throw=True))
+
+
+def test_failure_under_grad_reports_its_cause():
+    """With throw=True the forward pass's own message (here max_steps) reaches the user:
+    the backward pass's 'failed solve was differentiated' check runs only with throw=False."""
+    with pytest.raises(eqx.EquinoxRuntimeError, match="reached `max_steps` before `t1`"):
+        jax.block_until_ready(run(t1=60.0, rtol=1e-12, atol=1e-12))
+
+
+def test_nonfinite_at_t0_with_automatic_initial_step():
+    """A regression test: f(t0, y0) = NaN made the automatic first step NaN, which is never
+    'too small', so the solve used to run to max_steps and report the wrong cause."""
+    sol = solve_no_throw(with_nan(DIFF), 2.1, 1e-7, dt0=None)
+    assert sol.result == ja.RESULTS.nonfinite
+
+
+def blow_up(t, y, args):
+    """y' = y^2 from y(0) = 1: y = 1 / (1 - t) is singular at t = 1."""
+    del t, args
+    return y * y
+
+
+def test_step_size_too_small_at_a_singularity():
+    sol = ja.solve(blow_up, jnp.array([1.0]), 0.0, 2.0, rtol=1e-8, atol=1e-8, throw=False)
+    assert sol.result == ja.RESULTS.step_size_too_small
+    last = np.asarray(sol.steps)[int(sol.stats["num_accepted_steps"])]
+    assert 0.99 < last < 1.01  # it stopped at the singularity
+
+
+def test_differentiating_a_failed_solve_raises():
+    kwargs = sc.sweep_kwargs(SOLVER, rtol=1e-12, atol=1e-12, throw=False)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="failed .* was differentiated"):
+        jax.block_until_ready(sc.run(DIFF, 0.1, 60.0, (0.4, 0.7, 1.9), kwargs))
