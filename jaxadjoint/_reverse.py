@@ -279,17 +279,20 @@ def reverse_sweep(
 
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
     ``read(n)`` returns ``(y_n or None, live stages of step n or None)``; it must be a
-    pure indexing function (it is mapped over the steps of a block).  Steps go in blocks
-    (see `block_size`); steps below ``n_lo`` in the last block are masked out.  A block's data
-    is read one iteration ahead and carried, because slicing a stored buffer inside the
-    body lets XLA fuse the slice into every consumer and lose vectorisation.
+    pure indexing function (it is mapped over the steps of a block), called with
+    ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  Steps go in blocks (see `block_size`); steps below ``n_lo`` in
+    the last block are masked out.  A block's data is read one iteration ahead and
+    carried, because slicing a stored buffer inside the body lets XLA fuse the slice into
+    every consumer and lose vectorisation.
     """
     lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
     block = block_size(params, lam.shape[-1])
     offsets = jnp.arange(block, dtype=jnp.int32)
 
     def read_block(n_top):
-        index = jnp.maximum(n_top - offsets, 0)
+        # Steps below n_lo (masked out) repeat step n_lo: real data of this sweep, so the
+        # masked arithmetic stays finite (0 * NaN would poison the parameter adjoint).
+        index = jnp.maximum(n_top - offsets, jnp.maximum(n_lo, 0))
         return jax.vmap(read)(index), grid[index], grid[index + 1]
 
     def cond(carry):
