@@ -49,6 +49,72 @@ class StageCotangents(NamedTuple):
     quad_weights: Array  # (Q_s,) h b_m
 
 
+def _stage_adjoints(
+    system: System,
+    tau: Array,
+    h: Array,
+    y: Array | None,
+    stages: Array | None,
+    lam: Array,
+    mu: Array,
+    params: Any,
+    direction: Array,
+    with_params: bool,
+) -> tuple[Array, dict, dict, dict, Any]:
+    """The adjoint recurrence of one step (module docstring), shared by both reverse paths.
+
+    Recomputes (or takes) the live stages, linearises the right-hand side at each, and runs
+    ``kbar_m``/``Ybar_m`` from the last stage to the first.  With ``with_params`` the VJPs
+    are taken jointly in the stage and the parameters and their parameter parts summed;
+    otherwise only the state is differentiated and the parameter adjoint is left to
+    `params_cotangent`.  Returns ``(lam_n, stage values, stage times, kbars, pbar or None)``.
+    """
+    tableau = system.solver.tableau
+    a, b, c = tableau.a, tableau.b, tableau.c
+    live = tableau.live_stages
+    quad = [m for m in live if b[m] != 0] if system.has_integrand else []
+    primals = (params,) if with_params else ()
+    ks: list[Array | None] = [None] * tableau.num_stages
+    stage_values, stage_times, field_vjps, integrand_vjps = {}, {}, {}, {}
+    for i, m in enumerate(live):
+        t_m = stage_time(tau, h, c[m])
+        stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
+        stage_values[m], stage_times[m] = stage, t_m
+
+        def field(Y, *p, t_m=t_m):
+            return system.field(t_m, Y, p[0] if p else params, direction)
+
+        ks[m], field_vjps[m] = jax.vjp(field, stage, *primals)
+        if m in quad:
+
+            def integrand(Y, *p, t_m=t_m):
+                return system.field_integrand(t_m, Y, p[0] if p else params, direction)
+
+            _, integrand_vjps[m] = jax.vjp(integrand, stage, *primals)
+
+    stage_bars: dict[int, Array] = {}
+    kbars: dict[int, Array] = {}
+    pbar = None
+    for m in reversed(live):
+        later = [q for q in live if q > m and a[q, m] != 0]
+        kbars[m] = linear_combination(
+            jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
+            [lam] + [stage_bars[q] for q in later],
+        )
+        stage_bar, *p_bar = field_vjps[m](kbars[m])
+        if m in integrand_vjps:
+            r_stage_bar, *r_p_bar = integrand_vjps[m]((float(b[m]) * h) * mu)
+            stage_bar = stage_bar + r_stage_bar
+            p_bar = tree_add(p_bar, r_p_bar)
+        stage_bars[m] = stage_bar
+        if with_params:
+            pbar = p_bar[0] if pbar is None else tree_add(pbar, p_bar[0])
+    lam_n = lam
+    for m in live:
+        lam_n = lam_n + stage_bars[m]
+    return lam_n, stage_values, stage_times, kbars, pbar
+
+
 def reverse_step_state(
     system: System,
     tau: Array,
@@ -65,46 +131,17 @@ def reverse_step_state(
     ``stages`` holds the live stage values ``Y_m`` if the forward pass stored them;
     otherwise they are recomputed from ``y = y_n`` with exactly the forward arithmetic.
     """
+    lam_n, stage_values, stage_times, kbars, _ = _stage_adjoints(
+        system, tau, h, y, stages, lam, mu, params, direction, with_params=False
+    )
     tableau = system.solver.tableau
-    a, b, c = tableau.a, tableau.b, tableau.c
     live = tableau.live_stages
-    quad = [m for m in live if b[m] != 0] if system.has_integrand else []
-    ks: list[Array | None] = [None] * tableau.num_stages
-    stage_values, stage_times, state_vjps, integrand_vjps = {}, {}, {}, {}
-    for i, m in enumerate(live):
-        t_m = stage_time(tau, h, c[m])
-        stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
-        stage_values[m], stage_times[m] = stage, t_m
-        ks[m], state_vjps[m] = jax.vjp(
-            lambda Y, t_m=t_m: system.field(t_m, Y, params, direction), stage
-        )
-        if m in quad:
-            _, integrand_vjps[m] = jax.vjp(
-                lambda Y, t_m=t_m: system.field_integrand(t_m, Y, params, direction), stage
-            )
-
-    stage_bars: dict[int, Array] = {}
-    kbars: dict[int, Array] = {}
-    for m in reversed(live):
-        later = [q for q in live if q > m and a[q, m] != 0]
-        kbars[m] = linear_combination(
-            jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
-            [lam] + [stage_bars[q] for q in later],
-        )
-        (stage_bar,) = state_vjps[m](kbars[m])
-        if m in quad:
-            (r_bar,) = integrand_vjps[m]((float(b[m]) * h) * mu)
-            stage_bar = stage_bar + r_bar
-        stage_bars[m] = stage_bar
-    lam_n = lam
-    for m in live:
-        lam_n = lam_n + stage_bars[m]
-
+    quad = [m for m in live if tableau.b[m] != 0] if system.has_integrand else []
     dtype = lam.dtype
     if quad:
         quad_times = jnp.stack([stage_times[m] for m in quad])
         quad_stages = jnp.stack([stage_values[m] for m in quad])
-        quad_weights = h * jnp.asarray([b[m] for m in quad], dtype)
+        quad_weights = h * jnp.asarray([tableau.b[m] for m in quad], dtype)
     else:
         quad_times = quad_weights = jnp.zeros((0,), dtype)
         quad_stages = jnp.zeros((0,) + lam.shape[-1:], dtype)
@@ -164,39 +201,9 @@ def reverse_step(
     the parameters together: no stage data is stacked and the right-hand side is
     linearised once per stage.  Used one step at a time, when the parameters are few.
     """
-    tableau = system.solver.tableau
-    a, b, c = tableau.a, tableau.b, tableau.c
-    live = tableau.live_stages
-    ks: list[Array | None] = [None] * tableau.num_stages
-    field_vjps, integrand_vjps = {}, {}
-    for i, m in enumerate(live):
-        t_m = stage_time(tau, h, c[m])
-        stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
-        ks[m], field_vjps[m] = jax.vjp(
-            lambda Y, p, t_m=t_m: system.field(t_m, Y, p, direction), stage, params
-        )
-        if system.has_integrand and b[m] != 0:
-            _, integrand_vjps[m] = jax.vjp(
-                lambda Y, p, t_m=t_m: system.field_integrand(t_m, Y, p, direction), stage, params
-            )
-    stage_bars: dict[int, Array] = {}
-    pbar = None
-    for m in reversed(live):
-        later = [q for q in live if q > m and a[q, m] != 0]
-        kbar = linear_combination(
-            jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
-            [lam] + [stage_bars[q] for q in later],
-        )
-        stage_bar, p_bar = field_vjps[m](kbar)
-        if m in integrand_vjps:
-            r_stage_bar, r_p_bar = integrand_vjps[m]((float(b[m]) * h) * mu)
-            stage_bar = stage_bar + r_stage_bar
-            p_bar = tree_add(p_bar, r_p_bar)
-        stage_bars[m] = stage_bar
-        pbar = p_bar if pbar is None else tree_add(pbar, p_bar)
-    lam_n = lam
-    for m in live:
-        lam_n = lam_n + stage_bars[m]
+    lam_n, _, _, _, pbar = _stage_adjoints(
+        system, tau, h, y, stages, lam, mu, params, direction, with_params=True
+    )
     return lam_n, pbar
 
 
@@ -280,10 +287,10 @@ def reverse_sweep(
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
     ``read(n)`` returns ``(y_n or None, live stages of step n or None)``; it must be a
     pure indexing function (it is mapped over the steps of a block), called with
-    ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  Steps go in blocks (see `block_size`); steps below ``n_lo`` in
-    the last block are masked out.  A block's data is read one iteration ahead and
-    carried, because slicing a stored buffer inside the body lets XLA fuse the slice into
-    every consumer and lose vectorisation.
+    ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  Steps go in
+    blocks (see `block_size`); steps below ``n_lo`` in the last block are masked out.  A
+    block's data is read one iteration ahead and carried, because slicing a stored buffer
+    inside the body lets XLA fuse the slice into every consumer and lose vectorisation.
     """
     lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
     block = block_size(params, lam.shape[-1])
