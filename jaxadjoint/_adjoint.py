@@ -38,10 +38,15 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
     return SolveOutput(ys, integral, Record(steps, out.stats, result))
 
 
+def plain_solve(system: System, problem: Problem) -> SolveOutput:
+    """The forward solve with nothing recorded for a reverse pass: every method's primal."""
+    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+
+
 @eqx.filter_custom_vjp
 def _solve(problem: Problem, system: System, checkpoint: AbstractCheckpoint) -> SolveOutput:
     del checkpoint
-    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+    return plain_solve(system, problem)
 
 
 @_solve.def_fwd

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint import to_solve_output
+from ._adjoint import plain_solve, to_solve_output
 from ._controllers import AbstractController, StepTo, Tolerances
 from ._forward import Recorder, forward_loop
 from ._results import RESULTS
@@ -244,7 +244,7 @@ def _backward(
 @eqx.filter_custom_vjp
 def _solve(problem: Problem, system: System, sens: ContinuousAdjoint) -> SolveOutput:
     del sens
-    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+    return plain_solve(system, problem)
 
 
 @_solve.def_fwd

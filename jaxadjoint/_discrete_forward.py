@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint import to_solve_output
+from ._adjoint import plain_solve, to_solve_output
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent, save_slopes
@@ -97,7 +97,7 @@ def replay(
 
 @eqx.filter_custom_jvp
 def _solve(problem: Problem, system: System) -> SolveOutput:
-    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+    return plain_solve(system, problem)
 
 
 @_solve.def_jvp

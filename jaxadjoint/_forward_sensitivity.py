@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint import to_solve_output
+from ._adjoint import plain_solve, to_solve_output
 from ._controllers import AbstractController, Tolerances, rms_norm, scaled_error
 from ._forward import Recorder, forward_loop
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
@@ -248,7 +248,7 @@ def solve_with_sensitivities(
 @eqx.filter_custom_jvp
 def _solve(problem: Problem, system: System, sens: ForwardSensitivity) -> SolveOutput:
     del sens
-    return to_solve_output(system, problem, forward_loop(system, problem, Recorder()))
+    return plain_solve(system, problem)
 
 
 @_solve.def_jvp
