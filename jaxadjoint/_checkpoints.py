@@ -9,6 +9,9 @@ the same gradients; they trade memory against recomputation:
 - `StoreStages`: keep every live stage value ``Y_m``; no stage recomputation, and the
   stage linearisations of a step are independent of each other.  Memory
   ``O(max_steps * s * N)``; it pays only when the stage chain itself is expensive.
+
+Their records are allocated, not filled (`_uninitialised`): memory (address space) is
+``O(max_steps)``, time and resident memory follow the steps taken.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -24,16 +26,7 @@ from ._forward import Recorder
 from ._reverse import reverse_sweep
 from ._solvers import StepOutput
 from ._system import System
-
-
-def uninitialised(shape: tuple[int, ...], dtype: Any) -> Array:
-    """A buffer that is not zero-filled: its cost must follow the steps taken.
-
-    The forward loop writes slot ``n`` before the reverse pass can read it, and slots past
-    the last accepted step are never read, so their contents do not matter.  Zero-filling
-    a ``max_steps``-long buffer of states would cost time proportional to ``max_steps``.
-    """
-    return jax.lax.empty(shape, dtype)
+from ._uninitialised import uninitialised
 
 
 class AbstractCheckpoint(Recorder):
@@ -60,13 +53,15 @@ class AbstractCheckpoint(Recorder):
 class StoreStates(AbstractCheckpoint):
     """Keep every accepted state ``y_n``; recompute the stages on the way back."""
 
-    def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
+    def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Array:
         del num_live
-        return uninitialised((max_steps,) + y0.shape, y0.dtype)
+        return uninitialised((max_steps,) + y0.shape, y0.dtype, witness, "states")
 
-    def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
+    def record(
+        self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple, active: Array
+    ) -> Array:
         del step, live
-        return store.at[n].set(y)
+        return store.at[n].set(jnp.where(active, y, store[n]))
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 ys_bar, save_state_index):
@@ -84,12 +79,15 @@ class StoreStates(AbstractCheckpoint):
 class StoreStages(AbstractCheckpoint):
     """Keep the live stage values of every accepted step; no recomputation."""
 
-    def init(self, max_steps: int, y0: Array, num_live: int) -> Array:
-        return uninitialised((max_steps, num_live) + y0.shape, y0.dtype)
+    def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Array:
+        return uninitialised((max_steps, num_live) + y0.shape, y0.dtype, witness, "stages")
 
-    def record(self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple) -> Array:
+    def record(
+        self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple, active: Array
+    ) -> Array:
         del y
-        return store.at[n].set(jnp.stack([step.stages[m] for m in live]))
+        stages = jnp.stack([step.stages[m] for m in live])
+        return store.at[n].set(jnp.where(active, stages, store[n]))
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 ys_bar, save_state_index):

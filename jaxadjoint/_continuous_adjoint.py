@@ -55,20 +55,25 @@ from ._sensitivity_common import (
 )
 from ._solvers import StepOutput
 from ._system import Problem, System
+from ._uninitialised import uninitialised
 
 
 class _StatesAndSlopes(Recorder):
     """Keep ``y_n`` and ``k_n = f(t_n, y_n)`` of every accepted step (slot ``n``)."""
 
-    def init(self, max_steps: int, y0: Array, num_live: int) -> tuple[Array, Array]:
+    def init(
+        self, max_steps: int, y0: Array, num_live: int, witness: Array
+    ) -> tuple[Array, Array]:
         del num_live
-        buf = jnp.zeros((max_steps + 1,) + y0.shape, y0.dtype)
-        return buf, buf
+        shape = (max_steps + 1,) + y0.shape
+        return (uninitialised(shape, y0.dtype, witness, "states"),
+                uninitialised(shape, y0.dtype, witness, "slopes"))
 
-    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple):
+    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple, active: Array):
         del live
         ys, ks = store
-        return ys.at[n].set(y), ks.at[n].set(step.ks[0])
+        return (ys.at[n].set(jnp.where(active, y, ys[n])),
+                ks.at[n].set(jnp.where(active, step.ks[0], ks[n])))
 
 
 class _Trajectory(eqx.Module):
@@ -123,7 +128,10 @@ def _trajectory(system: System, problem: Problem, out) -> _Trajectory:
         _, acc = jax.jvp(f, (tau, ys[n]), (one, ks[n]))
         return accs.at[n].set(acc)
 
-    accs = jax.lax.fori_loop(0, num + 1, acceleration, jnp.zeros_like(ys))
+    # Slots 0..num are written; the interpolant reads no other.  (``ys[0, 0]`` only lends
+    # its batching to the allocation.)
+    accs = uninitialised(ys.shape, ys.dtype, ys[0, 0], "accelerations")
+    accs = jax.lax.fori_loop(0, num + 1, acceleration, accs)
     return _Trajectory(grid=out.grid, ys=ys, ks=ks, accs=accs, num_accepted=num,
                        direction=direction)
 

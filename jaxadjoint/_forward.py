@@ -4,22 +4,26 @@ One `jax.lax.while_loop` takes steps until ``t1``.  Each iteration proposes a st
 shortens it to land exactly on the next save time (or ``t1``), takes it, and lets the
 controller accept or reject it.  Accepted step end-times go into ``grid`` (the record
 the reverse pass replays); a `Recorder` keeps whatever else a sensitivity method needs
-(states, stages or checkpoints).  Buffers have length ``max_steps`` but each iteration
-writes one slot, so the cost follows the steps taken.
+(states, stages or checkpoints).  Buffers have length ``max_steps`` but are never
+filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
+steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from ._results import RESULTS
 from ._solvers import StepOutput, erk_step, stage_time
 from ._system import Problem, System
+from ._uninitialised import uninitialised
 
 
 class Recorder(eqx.Module):
@@ -28,14 +32,19 @@ class Recorder(eqx.Module):
     `init` allocates the store; `record` is called once per attempted step with the
     index ``n`` of the step (its start state is ``y_n``) and writes slot ``n`` or
     ``n + 1``; a rejected attempt is overwritten by the next attempt at the same ``n``.
+    Where ``active`` is false (a solve of a batch that is already done) it writes nothing.
+    Buffers of length ``max_steps`` come from `uninitialised` with the ``witness`` that
+    `init` receives, so that their cost follows the steps taken (also under `jax.vmap`).
     """
 
-    def init(self, max_steps: int, y0: Array, num_live: int) -> Any:
-        del max_steps, y0, num_live
+    def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Any:
+        del max_steps, y0, num_live, witness
         return None
 
-    def record(self, store: Any, n: Array, y: Array, step: StepOutput, live: tuple) -> Any:
-        del n, y, step, live
+    def record(
+        self, store: Any, n: Array, y: Array, step: StepOutput, live: tuple, active: Array
+    ) -> Any:
+        del n, y, step, live, active
         return store
 
 
@@ -67,7 +76,18 @@ def quadrature_increment(
     return h * acc
 
 
-def _store_save(ys, save_state_index, save_index, taus, tau, y, n):
+def batch_witness(dtype: Any, *trees: Any) -> Array:
+    """A scalar zero that is batched under `jax.vmap` whenever any leaf of ``trees`` is.
+
+    Passed to `uninitialised`, it makes the loop's record buffers come out batched when
+    the recorded values will be, instead of being broadcast (and so filled) by the loop.
+    """
+    firsts = [jnp.ravel(leaf)[:1].astype(dtype) for leaf in jax.tree.leaves(trees)
+              if isinstance(leaf, jax.Array | np.ndarray) and leaf.size]
+    return jnp.zeros((), dtype) * sum(jnp.sum(x) for x in firsts)
+
+
+def _store_save(ys, save_state_index, save_index, taus, tau, y, n, active):
     """Write ``y`` into the next save slot if ``tau`` is its time; skip equal times.
 
     Save times are sorted and steps land on them exactly, so at most one distinct save
@@ -75,7 +95,7 @@ def _store_save(ys, save_state_index, save_index, taus, tau, y, n):
     """
     n_save = taus.shape[0]
     slot = jnp.minimum(save_index, n_save - 1)
-    hit = (save_index < n_save) & (taus[slot] <= tau)
+    hit = active & (save_index < n_save) & (taus[slot] <= tau)
     ys = ys.at[slot].set(jnp.where(hit, y, ys[slot]))
     save_state_index = save_state_index.at[slot].set(jnp.where(hit, n, save_state_index[slot]))
     next_index = jnp.searchsorted(taus, tau, side="right").astype(save_index.dtype)
@@ -89,7 +109,62 @@ def _fill_repeated_saves(ys, save_state_index, taus):
 
 
 def forward_loop(system: System, problem: Problem, recorder: Recorder) -> ForwardOutput:
-    """Integrate from ``t0`` to ``t1``, saving at ``ts``; see the module docstring."""
+    """Integrate from ``t0`` to ``t1``, saving at ``ts``; see the module docstring.
+
+    Under `jax.vmap` the solves of a batch share one `while_loop` that runs until every
+    one of them is done (a solve that is done leaves its carry as it is; see `_loop`).
+    Left to itself, `vmap` of a `while_loop` with a batched predicate would select
+    between the old and the new carry after every step, *whole* record buffers
+    included: a cost of ``max_steps * N`` per step.  Not differentiable (it is the primal
+    of custom derivative rules).
+    """
+    dynamic, static = eqx.partition((system, problem, recorder), eqx.is_array)
+
+    def parts(dyn: Any) -> _Loop:
+        return _loop(*eqx.combine(dyn, static))
+
+    @jax.custom_batching.custom_vmap
+    def solve(dyn: Any) -> ForwardOutput:
+        loop = parts(dyn)
+        return loop.finish(jax.lax.while_loop(loop.running, loop.advance, loop.start()))
+
+    @solve.def_vmap
+    def solve_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[ForwardOutput, Any]:
+        if not any(jax.tree.leaves(in_batched)):
+            out = solve(dyn)
+            return out, jax.tree.map(lambda _: False, out)
+        axes = jax.tree.map(lambda batched: 0 if batched else None, in_batched[0])
+
+        def each(fn: Callable) -> Callable:
+            return jax.vmap(lambda d, c: fn(parts(d), c), in_axes=(axes, 0))
+
+        carry = jax.vmap(lambda d: parts(d).start(), in_axes=(axes,))(dyn)
+        running = each(lambda loop, c: loop.running(c))
+        advance = each(lambda loop, c: loop.advance(c))
+        carry = jax.lax.while_loop(
+            lambda c: jnp.any(running(dyn, c)), lambda c: advance(dyn, c), carry
+        )
+        out = each(lambda loop, c: loop.finish(c))(dyn, carry)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return solve(dynamic)
+
+
+class _Loop(NamedTuple):
+    """The forward loop of one solve in four parts (so that `vmap` can share the loop)."""
+
+    start: Callable[[], dict]
+    running: Callable[[dict], Array]
+    advance: Callable[[dict], dict]
+    finish: Callable[[dict], ForwardOutput]
+
+
+def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
+    """``start``, ``running``, ``advance`` and ``finish`` of the forward loop.
+
+    ``advance`` leaves a carry for which ``running`` is false unchanged, so a batch of
+    solves can keep advancing until the last of them is done.
+    """
     solver, controller, tol = system.solver, system.controller, system.tol
     tableau = solver.tableau
     params, y0 = problem.params, problem.y0
@@ -99,51 +174,55 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
     taus = direction * problem.ts
     n_save = taus.shape[0]
     eps = jnp.finfo(dtype).eps
+    live = tableau.live_stages
+    evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
 
-    k0 = f(tau0, y0)
-    h0, cstate, init_evals = controller.init(
-        f, tau0, tau1, y0, k0, system.dt0, solver, tol, direction
-    )
-    ys = jnp.zeros((n_save,) + y0.shape, dtype)
-    save_state_index = jnp.zeros((n_save,), jnp.int32)
-    ys, save_state_index, save_index = _store_save(
-        ys, save_state_index, jnp.int32(0), taus, tau0, y0, jnp.int32(0)
-    )
-    if system.has_integrand:
-        num_q = system.field_integrand(tau0, y0, params, direction).shape[0]
-    else:
-        num_q = 0
-    grid = jnp.full((system.max_steps + 1,), jnp.inf, dtype).at[0].set(tau0)
-    live = tableau.live_stages
-    store = recorder.init(system.max_steps, y0, len(live))
-    evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
+    def start() -> dict:
+        k0 = f(tau0, y0)
+        h0, cstate, init_evals = controller.init(
+            f, tau0, tau1, y0, k0, system.dt0, solver, tol, direction
+        )
+        ys = jnp.zeros((n_save,) + y0.shape, dtype)
+        save_state_index = jnp.zeros((n_save,), jnp.int32)
+        ys, save_state_index, save_index = _store_save(
+            ys, save_state_index, jnp.int32(0), taus, tau0, y0, jnp.int32(0), jnp.array(True)
+        )
+        if system.has_integrand:
+            num_q = system.field_integrand(tau0, y0, params, direction).shape[0]
+        else:
+            num_q = 0
+        # Everything the recorded values can depend on, for their batching under vmap.
+        witness = batch_witness(dtype, y0, params, tau0, tau1, taus, h0, cstate, system)
+        # Slots past the last accepted step are set to inf by `finish`.
+        grid = uninitialised((system.max_steps + 1,), dtype, witness, "grid").at[0].set(tau0)
+        return dict(
+            tau=tau0,
+            y=y0,
+            k0=k0,
+            h=h0,
+            cstate=cstate,
+            save_index=save_index,
+            ys=ys,
+            save_state_index=save_state_index,
+            integral=jnp.zeros((num_q,), dtype),
+            grid=grid,
+            store=recorder.init(system.max_steps, y0, len(live), witness),
+            num_steps=jnp.int32(0),
+            num_accepted=jnp.int32(0),
+            init_evals=jnp.int32(init_evals),
+            result=RESULTS.successful,
+        )
 
-    init = dict(
-        tau=tau0,
-        y=y0,
-        k0=k0,
-        h=h0,
-        cstate=cstate,
-        save_index=save_index,
-        ys=ys,
-        save_state_index=save_state_index,
-        integral=jnp.zeros((num_q,), dtype),
-        grid=grid,
-        store=store,
-        num_steps=jnp.int32(0),
-        num_accepted=jnp.int32(0),
-        result=RESULTS.successful,
-    )
-
-    def cond(c):
+    def running(c: dict) -> Array:
         return (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
             c["num_steps"] < system.max_steps
         )
 
-    def body(c):
+    def advance(c: dict) -> dict:
+        active = running(c)
         tau, y, h, n = c["tau"], c["y"], c["h"], c["num_accepted"]
         next_save = taus[jnp.minimum(c["save_index"], n_save - 1)]
         target = jnp.where(c["save_index"] < n_save, next_save, tau1)
@@ -158,7 +237,7 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         accept, h_next, cstate = controller.adapt(
             y, step.y_new, step.y_error, c["k0"], h_used, c["cstate"], solver, tol
         )
-        accept = accept & finite
+        accept = accept & finite & active
         h_next = jnp.where(finite, h_next, 0.2 * h_used)
         # A step shortened to land on a save time says little about the next one.
         h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
@@ -178,55 +257,61 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         if system.has_integrand:
             dq = quadrature_increment(system, tau, h_used, step, params, direction)
             integral = integral + jnp.where(accept, dq, 0)
-        # Unconditional writes: a rejected attempt leaves data past the accepted grid,
-        # overwritten by the next attempt.
-        grid_new = c["grid"].at[n + 1].set(tau_next)
-        store = recorder.record(c["store"], n, y, step, live)
+        # Slot writes: a rejected attempt leaves data past the accepted grid, overwritten by
+        # the next attempt; a solve that is done writes nothing.
+        grid = c["grid"].at[n + 1].set(jnp.where(active, tau_next, c["grid"][n + 1]))
+        store = recorder.record(c["store"], n, y, step, live, active)
         n_new = n + accept.astype(jnp.int32)
         ys, idx, save_index = _store_save(
-            c["ys"], c["save_state_index"], c["save_index"], taus, new_tau, new_y, n_new
+            c["ys"], c["save_state_index"], c["save_index"], taus, new_tau, new_y, n_new, active
+        )
+        small = dict(h=h_next, cstate=cstate, result=result,
+                     num_steps=c["num_steps"] + 1)
+        small = jax.tree.map(
+            lambda new, old: jnp.where(active, new, old),
+            small, {key: c[key] for key in small},
         )
         return dict(
+            c,
             tau=new_tau,
             y=new_y,
             k0=new_k0,
-            h=h_next,
-            cstate=cstate,
             save_index=save_index,
             ys=ys,
             save_state_index=idx,
             integral=integral,
-            grid=grid_new,
+            grid=grid,
             store=store,
-            num_steps=c["num_steps"] + 1,
             num_accepted=n_new,
-            result=result,
+            **small,
         )
 
-    final = jax.lax.while_loop(cond, body, init)
-    result = RESULTS.where(
-        (final["result"] == RESULTS.successful) & (final["tau"] < tau1),
-        RESULTS.max_steps_reached,
-        final["result"],
-    )
-    num_steps, num_accepted = final["num_steps"], final["num_accepted"]
-    stats = dict(
-        num_steps=num_steps,
-        num_accepted_steps=num_accepted,
-        num_rejected_steps=num_steps - num_accepted,
-        num_rhs_evals=1 + init_evals + evals_per_step * num_steps,
-    )
-    slots = jnp.arange(grid.shape[0], dtype=jnp.int32)
-    grid = jnp.where(slots <= num_accepted, final["grid"], jnp.inf)
-    ys, save_state_index = _fill_repeated_saves(final["ys"], final["save_state_index"], taus)
-    return ForwardOutput(
-        ys=ys,
-        integral=final["integral"],
-        grid=grid,
-        num_accepted=num_accepted,
-        save_state_index=save_state_index,
-        y_final=final["y"],
-        stats=stats,
-        result=result,
-        store=final["store"],
-    )
+    def finish(final: dict) -> ForwardOutput:
+        result = RESULTS.where(
+            (final["result"] == RESULTS.successful) & (final["tau"] < tau1),
+            RESULTS.max_steps_reached,
+            final["result"],
+        )
+        num_steps, num_accepted = final["num_steps"], final["num_accepted"]
+        stats = dict(
+            num_steps=num_steps,
+            num_accepted_steps=num_accepted,
+            num_rejected_steps=num_steps - num_accepted,
+            num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
+        )
+        slots = jnp.arange(system.max_steps + 1, dtype=jnp.int32)
+        grid = jnp.where(slots <= num_accepted, final["grid"], jnp.inf)
+        ys, save_state_index = _fill_repeated_saves(final["ys"], final["save_state_index"], taus)
+        return ForwardOutput(
+            ys=ys,
+            integral=final["integral"],
+            grid=grid,
+            num_accepted=num_accepted,
+            save_state_index=save_state_index,
+            y_final=final["y"],
+            stats=stats,
+            result=result,
+            store=final["store"],
+        )
+
+    return _Loop(start, running, advance, finish)

@@ -105,6 +105,20 @@ def _split_length(length: Array, free: Array, dtype: Any) -> Array:
     return jnp.clip(below, 1, length - 1)
 
 
+def _thin_in_place(stack: Array) -> Array:
+    """Keep every other checkpoint: slot ``i`` takes slot ``min(2 i, size - 1)``.
+
+    Slot by slot in increasing ``i``, so each read is of a slot not yet overwritten and
+    XLA updates the stack in place (a gather would hold a second stack).
+    """
+    size = stack.shape[0]
+
+    def move(i, s):
+        return s.at[i].set(s[jnp.minimum(2 * i, size - 1)])
+
+    return jax.lax.fori_loop(1, size, move, stack)
+
+
 class Recursive(AbstractCheckpoint):
     """Binomial checkpointing: memory of ``num_checkpoints`` states, whatever the steps.
 
@@ -127,24 +141,25 @@ class Recursive(AbstractCheckpoint):
         """Number of state slots: ``num_checkpoints``, capped at ``max_steps + 1``."""
         return max(2, min(self.num_checkpoints, max_steps + 1))
 
-    def init(self, max_steps: int, y0: Array, num_live: int) -> tuple[Array, Array]:
-        del num_live
+    def init(
+        self, max_steps: int, y0: Array, num_live: int, witness: Array
+    ) -> tuple[Array, Array]:
+        del num_live, witness  # num_checkpoints slots: small, and y0 is written now
         stack = jnp.zeros((self.slots(max_steps),) + y0.shape, y0.dtype).at[0].set(y0)
         return stack, jnp.int32(1)
 
-    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple):
+    def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple, active: Array):
         del step, live
         stack, d = store
         size = stack.shape[0]
         forward_slots = size // 2
         # Thin when y_n would be checkpoint number forward_slots + 1 (n = forward_slots d).
         # A rejected attempt repeats n with d already doubled, so it cannot thin twice.
-        thin = (n % d == 0) & (n // d >= forward_slots)
-        keep = jnp.minimum(2 * jnp.arange(size, dtype=jnp.int32), size - 1)
-        stack = jax.lax.cond(thin, lambda s: s[keep], lambda s: s, stack)
+        thin = active & (n % d == 0) & (n // d >= forward_slots)
+        stack = jax.lax.cond(thin, _thin_in_place, lambda s: s, stack)
         d = jnp.where(thin, 2 * d, d)
         slot = jnp.minimum(n // d, size - 1)
-        stack = stack.at[slot].set(jnp.where(n % d == 0, y, stack[slot]))
+        stack = stack.at[slot].set(jnp.where(active & (n % d == 0), y, stack[slot]))
         return stack, d
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,

@@ -197,9 +197,9 @@ def test_memory_independent_of_max_steps():
 
 
 def test_store_shapes():
-    y0 = jnp.zeros(7)
-    assert ja.Recursive(5).init(100, y0, 3)[0].shape == (5, 7)
-    assert ja.Recursive(500).init(10, y0, 3)[0].shape == (11, 7)
+    y0, witness = jnp.zeros(7), jnp.zeros(())
+    assert ja.Recursive(5).init(100, y0, 3, witness)[0].shape == (5, 7)
+    assert ja.Recursive(500).init(10, y0, 3, witness)[0].shape == (11, 7)
 
 
 @pytest.mark.parametrize("bad", [1, 0, -3, 2.5, True, "4", None])

@@ -1,0 +1,132 @@
+"""Buffers that are allocated but not filled, so their cost follows the steps taken.
+
+The forward loop records into buffers of length ``max_steps``; it writes slot ``n``
+before the reverse pass reads it and never reads a slot past the last accepted step.
+Zero-filling such a buffer would cost time (and resident memory) in proportion to
+``max_steps`` on every call, however few steps the solve takes.
+
+`jax.lax.empty` is uninitialised on GPU and TPU (XLA's ``AllocateBuffer``), but XLA on
+CPU lowers it to a zero broadcast.  On CPU we therefore allocate through an XLA FFI
+custom call whose handler does nothing: XLA allocates the result buffer and the handler
+leaves it as it is.  The handler is a `ctypes` callback, so no compiled extension is
+needed; it runs once per buffer per call of the compiled program (microseconds).
+
+Under `jax.vmap` the buffer must come out batched already: a batched loop carry whose
+initial value is unbatched is broadcast, which would fill it.  Callers therefore pass a
+scalar ``witness`` that is batched exactly when the recorded values will be, and the
+allocation is batched with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import warnings
+from typing import Any
+
+import jax
+from jax import Array
+
+_TARGET = "jaxadjoint_uninitialised"
+
+# The XLA FFI C API (xla/ffi/api/c_api.h), as far as this handler reads it:
+#   XLA_FFI_CallFrame      { size_t struct_size; XLA_FFI_Extension_Base* extension_start; ... }
+#   XLA_FFI_Extension_Base { size_t struct_size; int type; XLA_FFI_Extension_Base* next; }
+#   XLA_FFI_Metadata_Extension { XLA_FFI_Extension_Base base; XLA_FFI_Metadata* metadata; }
+#   XLA_FFI_Metadata       { size_t struct_size;
+#                            XLA_FFI_Api_Version { size_t; void*; int major; int minor; } ... }
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+_CALL_FRAME_EXTENSIONS = _POINTER
+_EXTENSION_TYPE = _POINTER
+_EXTENSION_NEXT = 2 * _POINTER
+_METADATA_EXTENSION_METADATA = 3 * _POINTER
+_METADATA_MAJOR = 3 * _POINTER
+_METADATA_MINOR = 3 * _POINTER + ctypes.sizeof(ctypes.c_int)
+_EXTENSION_METADATA = 1
+# The oldest FFI version XLA accepts; the handler uses nothing newer.
+_API_VERSION = (0, 1)
+
+
+def _pointer_at(address: int) -> int | None:
+    return ctypes.c_void_p.from_address(address).value
+
+
+def _do_nothing(call_frame: int) -> None:
+    """The FFI handler: answer XLA's metadata query; at run time, leave the result as is."""
+    extension = _pointer_at(call_frame + _CALL_FRAME_EXTENSIONS)
+    while extension:
+        if ctypes.c_int.from_address(extension + _EXTENSION_TYPE).value == _EXTENSION_METADATA:
+            metadata = _pointer_at(extension + _METADATA_EXTENSION_METADATA)
+            ctypes.c_int.from_address(metadata + _METADATA_MAJOR).value = _API_VERSION[0]
+            ctypes.c_int.from_address(metadata + _METADATA_MINOR).value = _API_VERSION[1]
+        extension = _pointer_at(extension + _EXTENSION_NEXT)
+    return None  # NULL: success
+
+
+# Kept alive for the life of the process: XLA holds the raw function pointer.
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(_do_nothing)
+
+
+@functools.cache
+def host_allocation_available() -> bool:
+    """Register the handler with XLA's CPU client (once); False if that is not possible.
+
+    The CPU client is created first, so that registration happens now and a refusal
+    raises here (where it can fall back to zero-filled buffers) rather than at the
+    client's start-up.
+    """
+    try:
+        jax.devices("cpu")
+        jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(_HANDLER), platform="cpu")
+    except Exception as error:  # noqa: BLE001 - any refusal means: fall back
+        warnings.warn(
+            "jaxadjoint could not register its uninitialised-buffer handler with XLA's CPU "
+            f"client ({error}); buffers of length max_steps will be zero-filled, so solves "
+            "cost time in proportion to max_steps.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
+def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) -> Array:
+    """The allocation itself: the FFI call on CPU, `jax.lax.empty` elsewhere."""
+
+    def on_host(w: Array) -> Array:
+        # ``purpose`` keeps XLA from merging two allocations with the same witness into one
+        # (which it would then have to copy, touching every slot).
+        return jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct(shape, dtype))(w, purpose=purpose)
+
+    def elsewhere(w: Array) -> Array:
+        del w
+        return jax.lax.empty(shape, dtype)
+
+    if not host_allocation_available():
+        return elsewhere(witness)
+    return jax.lax.platform_dependent(witness, cpu=on_host, default=elsewhere)
+
+
+def uninitialised(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) -> Array:
+    """An array of ``shape`` whose contents are undefined, batched like ``witness``.
+
+    ``witness`` is an array whose value is ignored (and not differentiated); under
+    `jax.vmap` the result gains a batch axis exactly when ``witness`` has one.  (A bare
+    `jax.lax.empty` is batched by every enclosing `vmap`, witness or not, which would
+    make undifferentiated outputs of a forward-mode rule look batched.)  ``purpose``
+    names the buffer; buffers allocated with the same witness need distinct purposes.
+    Read only the slots you have written.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def allocate(w: Array) -> Array:
+        return _allocate(shape, dtype, w, purpose)
+
+    @allocate.def_vmap
+    def _batched(axis_size: int, in_batched: list[bool], w: Array) -> tuple[Array, bool]:
+        (batched,) = in_batched
+        if batched:
+            return uninitialised((axis_size,) + shape, dtype, w, purpose), True
+        return allocate(w), False
+
+    return allocate(jax.lax.stop_gradient(witness))
