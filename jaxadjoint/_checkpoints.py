@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._forward import Recorder
-from ._reverse import reverse_sweep
+from ._reverse import reverse_all_steps
 from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised
@@ -68,12 +68,10 @@ class StoreStates(AbstractCheckpoint):
         def read(n):
             return store[n], None
 
-        j = jnp.int32(save_state_index.shape[0] - 1)
-        lam, pbar, _ = reverse_sweep(
-            system, params, direction, grid, num_accepted, jnp.int32(0), read, lam, pbar,
-            mu, ys_bar, save_state_index, j,
+        return reverse_all_steps(
+            system, params, direction, grid, num_accepted, read, lam, pbar, mu, ys_bar,
+            save_state_index,
         )
-        return lam, pbar
 
 
 class StoreStages(AbstractCheckpoint):
@@ -94,9 +92,7 @@ class StoreStages(AbstractCheckpoint):
         def read(n):
             return None, store[n]
 
-        j = jnp.int32(save_state_index.shape[0] - 1)
-        lam, pbar, _ = reverse_sweep(
-            system, params, direction, grid, num_accepted, jnp.int32(0), read, lam, pbar,
-            mu, ys_bar, save_state_index, j,
+        return reverse_all_steps(
+            system, params, direction, grid, num_accepted, read, lam, pbar, mu, ys_bar,
+            save_state_index,
         )
-        return lam, pbar

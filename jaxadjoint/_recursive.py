@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._checkpoints import AbstractCheckpoint
-from ._reverse import inject_saves, reverse_sweep
+from ._reverse import initial_block, inject_saves, reverse_sweep
 from ._solvers import StepOutput, erk_step
 
 
@@ -170,12 +170,18 @@ class Recursive(AbstractCheckpoint):
         slots = jnp.arange(size, dtype=jnp.int32)
         positions = jnp.where(slots < count, slots * d, 0)
         j = jnp.int32(save_state_index.shape[0] - 1)
+        # Without steps y_0 is the final state: add its saves now.  (With steps the sweeps
+        # add them inside their loops, as `StoreStates` does: added out here, after the
+        # loop, it would be compiled together with whatever consumes dL/dy0.)
+        lam, j = inject_saves(
+            lam, ys_bar, save_state_index, j, jnp.where(num_accepted == 0, 0, -1)
+        )
 
         def cond(carry):
             return carry[0] > 0
 
         def body(carry):
-            end, depth, positions, stack, lam, pbar, j = carry
+            end, depth, positions, stack, lam, pbar, j, rows = carry
             top = positions[depth - 1]
             length = end - top
             free = size - depth
@@ -194,16 +200,15 @@ class Recursive(AbstractCheckpoint):
                 return stack[depth - 1 + n - top], None
 
             # A leaf reverses [top, end); a split reverses nothing (n_lo = n_hi).
-            lam, pbar, j = reverse_sweep(
+            lam, pbar, j, rows = reverse_sweep(
                 system, params, direction, grid, end, jnp.where(leaf, top, end), read, lam,
-                pbar, mu, ys_bar, save_state_index, j,
+                pbar, mu, ys_bar, save_state_index, j, num_accepted, rows,
             )
             end = jnp.where(leaf, top, end)
             depth = jnp.where(leaf, depth - 1, depth + 1)
-            return end, depth, positions, stack, lam, pbar, j
+            return end, depth, positions, stack, lam, pbar, j, rows
 
         init = (num_accepted, count.astype(jnp.int32), positions.astype(jnp.int32), stack, lam,
-                pbar, j)
-        _, _, _, _, lam, pbar, j = jax.lax.while_loop(cond, body, init)
-        lam, _ = inject_saves(lam, ys_bar, save_state_index, j, jnp.int32(0))
+                pbar, j, initial_block(system, params, lam, stack[0]))
+        _, _, _, _, lam, pbar, _, _ = jax.lax.while_loop(cond, body, init)
         return lam, pbar

@@ -6,14 +6,36 @@ the quadrature ``q_{n+1} = q_n + h sum_m b_m R(t_m, Y_m)``), the adjoint is
 
     for m = s .. 1 (live stages only):
         kbar_m = h (b_m lam + sum_{q>m} a_qm Ybar_q)
-        Ybar_m, pbar_m = (df/dY, df/dp)(t_m, Y_m)^T kbar_m
-                         + (dR/dY, dR/dp)(t_m, Y_m)^T (h b_m mu)
-    lam_n = lam + sum_m Ybar_m,        pbar += sum_m pbar_m
+        Ybar_m = (df/dY)(t_m, Y_m)^T kbar_m + (dR/dY)(t_m, Y_m)^T (h b_m mu)
+    lam_n = lam + sum_m Ybar_m
+    pbar += sum_m (df/dp)(t_m, Y_m)^T kbar_m + (dR/dp)(t_m, Y_m)^T (h b_m mu)
 
 (paper, section 3.3 and Appendix A).  ``h`` and ``t_n`` come from the recorded grid and
 are constants.  Under `jax.vmap` over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and
 ``pbar`` carry the batch axis: the stage values depend on the record alone, so XLA sees
 one unbatched stage recomputation and batched (matrix–matrix) vector–Jacobian products.
+
+**Bit for bit across checkpoint strategies.**  XLA on CPU compiles each fusion on its
+own and copies cheap producers (a stage recomputation) into every consumer; LLVM then
+turns ``a * b + c`` into a fused multiply-add, and for ``a * b + c * d`` which product
+it keeps unrounded, or the order of a reduction, depends on what else the fusion holds.
+`jax.lax.optimization_barrier` does not separate fusions on CPU.  So equal gradients
+need the same fusions, and the reverse pass is arranged for that (`reverse_sweep`):
+
+- `StoreStates` and `Recursive` run the same compiled reverse step on the same states
+  (`Recursive` replays steps exactly as the forward loop takes them), and sum the
+  parameter adjoint in an order fixed by the solve.  One step at a time, each stage's
+  contribution is added to the running ``pbar`` on its own, so every addition has a
+  single product operand and rounds the same in any fusion.  In blocks, a block is a
+  fixed set of steps whatever segment a sweep covers, and its VJP is compiled on its
+  own (a `jax.lax.cond` branch) from the block's stage rows.  Their gradients are
+  equal bit for bit (checked for every solver, both paths, both time directions,
+  several right-hand sides and `jax.jacrev`; `tests/test_bitwise.py`).
+- `StoreStages` linearises at the stages the forward loop computed.  The recomputation
+  of the other strategies may round a stage differently from the forward loop in the
+  last bit (two loops, two compilations), so `StoreStages` is bitwise equal to them
+  where the two loops round alike (the test problem with most solvers) and equal to
+  round-off elsewhere (1e-16 to 1e-12 relative, measured).
 """
 
 from __future__ import annotations
@@ -34,19 +56,27 @@ def tree_add(a: Any, b: Any) -> Any:
 
 
 class StageCotangents(NamedTuple):
-    """What a step's reverse pass leaves for the parameter adjoint.
+    """What the reverse pass of some steps leaves for the parameter adjoint.
 
     The parameter adjoint of a step is ``sum_m (df/dp)(t_m, Y_m)^T kbar_m`` plus the
     integrand's ``sum_m (dR/dp)(t_m, Y_m)^T (h b_m mu)``: linear in the cotangents, so
-    many stages (of many steps) can share one vector–Jacobian product.
+    many stages (of many steps) can share one vector–Jacobian product.  Rows are stages.
     """
 
     times: Array  # (L,) live stage times
     stages: Array  # (L, N) live stage values Y_m
-    kbars: Array  # (L, N) their cotangents
-    quad_times: Array  # (Q_s,) times of stages with b_m != 0 (integrand only)
-    quad_stages: Array  # (Q_s, N)
-    quad_weights: Array  # (Q_s,) h b_m
+    kbars: Array  # (..., L, N) their cotangents (batched under vmap over seeds)
+    quad_times: Array  # (Q,) times of stages with b_m != 0 (integrand only)
+    quad_stages: Array  # (Q, N)
+    quad_weights: Array  # (Q,) h b_m
+
+
+def _quadrature_stages(system: System) -> list[int]:
+    """The live stages that enter the quadrature of the integrand (``b_m != 0``)."""
+    if not system.has_integrand:
+        return []
+    tableau = system.solver.tableau
+    return [m for m in tableau.live_stages if tableau.b[m] != 0]
 
 
 def _stage_adjoints(
@@ -59,20 +89,24 @@ def _stage_adjoints(
     mu: Array,
     params: Any,
     direction: Array,
-    with_params: bool,
+    pbar: Any,
 ) -> tuple[Array, dict, dict, dict, Any]:
     """The adjoint recurrence of one step (module docstring), shared by both reverse paths.
 
     Recomputes (or takes) the live stages, linearises the right-hand side at each, and runs
-    ``kbar_m``/``Ybar_m`` from the last stage to the first.  With ``with_params`` the VJPs
-    are taken jointly in the stage and the parameters and their parameter parts summed;
-    otherwise only the state is differentiated and the parameter adjoint is left to
-    `params_cotangent`.  Returns ``(lam_n, stage values, stage times, kbars, pbar or None)``.
+    ``kbar_m``/``Ybar_m`` from the last stage to the first.  Given a running ``pbar`` the
+    VJPs are taken jointly in the stage and the parameters and each stage's parameter
+    part is added to ``pbar`` on its own, so that every addition has one product operand
+    and LLVM fuses it into the same multiply-add whatever else the loop computes (a sum
+    of two products, ``u v + x y``, may become ``fma(u, v, x y)`` or ``fma(x, y, u v)``).
+    With ``pbar=None`` only the state is differentiated and the parameter adjoint is left
+    to `params_cotangent`.  Returns ``(lam_n, stage values, stage times, kbars, pbar)``.
     """
     tableau = system.solver.tableau
     a, b, c = tableau.a, tableau.b, tableau.c
     live = tableau.live_stages
-    quad = [m for m in live if b[m] != 0] if system.has_integrand else []
+    quad = _quadrature_stages(system)
+    with_params = pbar is not None
     primals = (params,) if with_params else ()
     ks: list[Array | None] = [None] * tableau.num_stages
     stage_values, stage_times, field_vjps, integrand_vjps = {}, {}, {}, {}
@@ -94,7 +128,6 @@ def _stage_adjoints(
 
     stage_bars: dict[int, Array] = {}
     kbars: dict[int, Array] = {}
-    pbar = None
     for m in reversed(live):
         later = [q for q in live if q > m and a[q, m] != 0]
         kbars[m] = linear_combination(
@@ -102,13 +135,14 @@ def _stage_adjoints(
             [lam] + [stage_bars[q] for q in later],
         )
         stage_bar, *p_bar = field_vjps[m](kbars[m])
+        if with_params:
+            pbar = tree_add(pbar, p_bar[0])
         if m in integrand_vjps:
             r_stage_bar, *r_p_bar = integrand_vjps[m]((float(b[m]) * h) * mu)
             stage_bar = stage_bar + r_stage_bar
-            p_bar = tree_add(p_bar, r_p_bar)
+            if with_params:
+                pbar = tree_add(pbar, r_p_bar[0])
         stage_bars[m] = stage_bar
-        if with_params:
-            pbar = p_bar[0] if pbar is None else tree_add(pbar, p_bar[0])
     lam_n = lam
     for m in live:
         lam_n = lam_n + stage_bars[m]
@@ -132,11 +166,11 @@ def reverse_step_state(
     otherwise they are recomputed from ``y = y_n`` with exactly the forward arithmetic.
     """
     lam_n, stage_values, stage_times, kbars, _ = _stage_adjoints(
-        system, tau, h, y, stages, lam, mu, params, direction, with_params=False
+        system, tau, h, y, stages, lam, mu, params, direction, None
     )
     tableau = system.solver.tableau
     live = tableau.live_stages
-    quad = [m for m in live if tableau.b[m] != 0] if system.has_integrand else []
+    quad = _quadrature_stages(system)
     dtype = lam.dtype
     if quad:
         quad_times = jnp.stack([stage_times[m] for m in quad])
@@ -194,15 +228,16 @@ def reverse_step(
     mu: Array,
     params: Any,
     direction: Array,
+    pbar: Any,
 ) -> tuple[Array, Any]:
-    """Adjoint of one step: returns ``(lam_n, pbar of this step)``.
+    """Adjoint of one step: returns ``(lam_n, pbar + the parameter adjoint of the step)``.
 
     One joint vector–Jacobian product per stage, with respect to the stage value and
     the parameters together: no stage data is stacked and the right-hand side is
     linearised once per stage.  Used one step at a time, when the parameters are few.
     """
     lam_n, _, _, _, pbar = _stage_adjoints(
-        system, tau, h, y, stages, lam, mu, params, direction, with_params=True
+        system, tau, h, y, stages, lam, mu, params, direction, pbar
     )
     return lam_n, pbar
 
@@ -247,7 +282,7 @@ def inject_saves(
 
 
 def block_size(params: Any, state_size: int) -> int:
-    """Steps reversed per loop iteration.
+    """Steps whose parameter adjoint is taken as one vector–Jacobian product.
 
     The parameter adjoint of a block is one VJP over all its stages.  Under
     `jax.jacrev` that writes the (seeds x parameters) cotangent once per block instead of
@@ -263,8 +298,44 @@ def block_size(params: Any, state_size: int) -> int:
     return 4 if num_params >= max(4 * state_size, 1024) else 1
 
 
-def _concat(trees: list[StageCotangents]) -> StageCotangents:
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=-2 if xs[0].ndim > 1 else 0), *trees)
+def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCotangents | None:
+    """The stage rows of a block of steps before any of its steps is reversed.
+
+    ``None`` when steps go one at a time.  A block holds `block_size` steps' live stages
+    (``L`` rows per step, step by step); each row is overwritten when its step is reversed.
+    A row still unwritten when the block's adjoint is taken (steps below 0 in the bottom
+    block) gets a zero cotangent there; its stage value is the finite state ``y``, so it
+    adds exactly zero.
+    """
+    block = block_size(params, lam.shape[-1])
+    if block == 1:
+        return None
+    rows = block * len(system.solver.tableau.live_stages)
+    quad_rows = block * len(_quadrature_stages(system))
+    dtype = lam.dtype
+    return StageCotangents(
+        times=jnp.zeros((rows,), dtype),
+        stages=jnp.broadcast_to(y, (rows,) + y.shape),
+        kbars=jnp.zeros(lam.shape[:-1] + (rows,) + y.shape, dtype),
+        quad_times=jnp.zeros((quad_rows,), dtype),
+        quad_stages=jnp.broadcast_to(y, (quad_rows,) + y.shape),
+        quad_weights=jnp.zeros((quad_rows,), dtype),
+    )
+
+
+def _row_axis(x: Array) -> int:
+    return x.ndim - 2 if x.ndim > 1 else 0  # kbars may carry a batch axis in front
+
+
+def _write_rows(rows: StageCotangents, step: StageCotangents, slot: Array) -> StageCotangents:
+    """``rows`` with the rows of one step written at its position ``slot`` in the block."""
+
+    def write(buffer, value):
+        start = [jnp.zeros((), jnp.int32)] * buffer.ndim
+        start[_row_axis(buffer)] = slot * value.shape[_row_axis(value)]
+        return jax.lax.dynamic_update_slice(buffer, value, start)
+
+    return jax.tree.map(write, rows, step)
 
 
 def reverse_sweep(
@@ -281,61 +352,96 @@ def reverse_sweep(
     ys_bar: Array,
     save_state_index: Array,
     j: Array,
-) -> tuple[Array, Any, Array]:
-    """Reverse through steps ``n_hi - 1, ..., n_lo``; returns ``(lam_{n_lo}, pbar, j)``.
+    num_steps: Array,
+    rows: StageCotangents | None,
+) -> tuple[Array, Any, Array, StageCotangents | None]:
+    """Reverse through steps ``n_hi - 1, ..., n_lo``; returns ``(lam_{n_lo}, pbar, j, rows)``.
 
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
-    ``read(n)`` returns ``(y_n or None, live stages of step n or None)``; it must be a
-    pure indexing function (it is mapped over the steps of a block), called with
-    ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  Steps go in
-    blocks (see `block_size`); steps below ``n_lo`` in the last block are masked out.  A
-    block's data is read one iteration ahead and carried, because slicing a stored buffer
-    inside the body lets XLA fuse the slice into every consumer and lose vectorisation.
+    ``read(n)`` returns ``(y_n or None, live stages of step n or None)``, called with
+    ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  A step's data
+    is read one iteration ahead and carried, because slicing a stored buffer inside the
+    body lets XLA fuse the slice into every consumer and lose vectorisation.
+
+    One step per iteration.  With few parameters (``rows`` is ``None``, see `block_size`)
+    `reverse_step` adds each stage's parameter adjoint to ``pbar`` on its own.  With many,
+    the step's stage rows are written into the block's ``rows`` and the parameter adjoint
+    of a block is one VJP, taken (in a `jax.lax.cond` branch, compiled on its own) when
+    its last step is reversed.  Blocks are fixed by the solve, not by the sweep: the
+    block of step ``n`` holds the steps ``m`` with ``(num_steps - 1 - m) // B`` equal to
+    its own, whatever part of the steps this sweep covers.  A sweep that stops inside a
+    block (`Recursive` reverses segment after segment) hands its ``rows`` to the next, so
+    every block's VJP sees the same rows, summed in the same order, as in one sweep over
+    all steps.  Start from `initial_block`.
     """
     lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
-    block = block_size(params, lam.shape[-1])
-    offsets = jnp.arange(block, dtype=jnp.int32)
+    block = 1 if rows is None else block_size(params, lam.shape[-1])
 
-    def read_block(n_top):
-        # Steps below n_lo (masked out) repeat step n_lo: real data of this sweep, so the
-        # masked arithmetic stays finite (0 * NaN would poison the parameter adjoint).
-        index = jnp.maximum(n_top - offsets, jnp.maximum(n_lo, 0))
-        return jax.vmap(read)(index), grid[index], grid[index + 1]
+    def read_step(n):
+        n = jnp.maximum(n, n_lo)  # the read ahead of the last iteration: not used
+        return read(n), grid[n], grid[n + 1]
+
+    def add_block(pbar, rows, slot):
+        # Rows after `slot` belong to steps below 0 (the bottom block): zero cotangents.
+        per_slot = rows.times.shape[0] // block
+        per_quad = rows.quad_times.shape[0] // block
+        written = jnp.arange(block, dtype=slot.dtype) <= slot
+        rows = rows._replace(
+            kbars=jnp.where(jnp.repeat(written, per_slot)[:, None], rows.kbars, 0),
+            quad_weights=jnp.where(jnp.repeat(written, per_quad), rows.quad_weights, 0),
+        )
+        return tree_add(pbar, params_cotangent(system, params, direction, rows, mu))
 
     def cond(carry):
         return carry[0] >= n_lo
 
     def body(carry):
-        n_top, ((ys, stages), t_start, t_end), lam, pbar, j = carry
-        if block == 1:  # the loop condition guarantees n_top >= n_lo
-            tau = t_start[0]
-            lam, p_step = reverse_step(
-                system, tau, t_end[0] - tau, None if ys is None else ys[0],
-                None if stages is None else stages[0], lam, mu, params, direction,
+        n, ((y, stages), tau, t_next), lam, pbar, j, rows = carry
+        if rows is None:
+            lam, pbar = reverse_step(
+                system, tau, t_next - tau, y, stages, lam, mu, params, direction, pbar
             )
-            lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_top)
-            pbar = tree_add(pbar, p_step)
-            return n_top - 1, read_block(n_top - 1), lam, pbar, j
-        cots = []
-        for i in range(block):
-            n = n_top - i
-            valid = n >= n_lo
-            tau = t_start[i]
-            h = t_end[i] - tau
-            lam_n, cot = reverse_step_state(
-                system, tau, h, None if ys is None else ys[i],
-                None if stages is None else stages[i], lam, mu, params, direction,
+        else:
+            lam, cot = reverse_step_state(
+                system, tau, t_next - tau, y, stages, lam, mu, params, direction
             )
-            lam = jnp.where(valid, lam_n, lam)
-            cot = cot._replace(
-                kbars=jnp.where(valid, cot.kbars, 0),
-                quad_weights=jnp.where(valid, cot.quad_weights, 0),
+            slot = (num_steps - 1 - n) % block
+            rows = _write_rows(rows, cot, slot)
+            pbar = jax.lax.cond(
+                (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
+                pbar, rows, slot,
             )
-            cots.append(cot)
-            lam, j = inject_saves(lam, ys_bar, save_state_index, j, jnp.where(valid, n, -1))
-        pbar = tree_add(pbar, params_cotangent(system, params, direction, _concat(cots), mu))
-        return n_top - block, read_block(n_top - block), lam, pbar, j
+        lam, j = inject_saves(lam, ys_bar, save_state_index, j, n)
+        return n - 1, read_step(n - 1), lam, pbar, j, rows
 
-    init = (n_hi - 1, read_block(n_hi - 1), lam, pbar, j)
-    _, _, lam, pbar, j = jax.lax.while_loop(cond, body, init)
-    return lam, pbar, j
+    init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows)
+    _, _, lam, pbar, j, rows = jax.lax.while_loop(cond, body, init)
+    return lam, pbar, j, rows
+
+
+def reverse_all_steps(
+    system: System,
+    params: Any,
+    direction: Array,
+    grid: Array,
+    num_steps: Array,
+    read: Callable[[Array], tuple[Array | None, Array | None]],
+    lam: Array,
+    pbar: Any,
+    mu: Array,
+    ys_bar: Array,
+    save_state_index: Array,
+) -> tuple[Array, Any]:
+    """One sweep through steps ``num_steps - 1, ..., 0``: returns ``(dL/dy0, dL/dparams)``.
+
+    The reverse pass of a strategy that can read every step (`StoreStates`,
+    `StoreStages`); ``read`` as in `reverse_sweep`.
+    """
+    j = jnp.int32(save_state_index.shape[0] - 1)
+    y, stages = read(jnp.int32(0))
+    y = stages[0] if y is None else y
+    lam, pbar, _, _ = reverse_sweep(
+        system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
+        ys_bar, save_state_index, j, num_steps, initial_block(system, params, lam, y),
+    )
+    return lam, pbar

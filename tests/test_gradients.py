@@ -58,37 +58,7 @@ def test_final_state_only_without_integrand():
         assert float(sol.ts[0]) == t1
 
 
-def _stages_versus_states(solver):
-    """Outputs and gradients with `StoreStates` and with `StoreStages`, forwards and back."""
-    diff = sc.make_inputs(sc.layout_for(solver))
-    for t0, t1, saveat in (sc.FORWARD, sc.BACKWARD):
-        yield [
-            sc.run(diff, t0, t1, saveat, sc.sweep_kwargs(solver, checkpoint=checkpoint))
-            for checkpoint in (ja.StoreStates(), ja.StoreStages())
-        ]
-
-
-@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.Heun()], ids=["Dopri5", "Heun"])
-def test_store_stages_is_bitwise_store_states(solver):
-    """`StoreStages` reads stored stage values, `StoreStates` recomputes them with the same
-    arithmetic: the solution, the state and time gradients are identical bit for bit, and
-    the parameter gradients agree to a few units in the last place (see the next test)."""
-    for (v1, (g1, tg1), s1), (v2, (g2, tg2), s2) in _stages_versus_states(solver):
-        exact = (v1, g1[0], tg1, s1), (v2, g2[0], tg2, s2)
-        for a, b in zip(*(jax.tree.leaves(x) for x in exact)):
-            assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
-        for a, b in zip(jax.tree.leaves(g1[1:]), jax.tree.leaves(g2[1:])):
-            np.testing.assert_allclose(a, b, rtol=1e-15, atol=4e-16)
-
-
-@pytest.mark.xfail(strict=True, reason="the parameter gradients of StoreStages and "
-                   "StoreStates differ in the last bit: XLA on CPU contracts a*b+c into FMAs "
-                   "differently in different loop bodies (stored vs recomputed stages)")
-@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.Heun()], ids=["Dopri5", "Heun"])
-def test_store_stages_parameter_gradient_is_bitwise(solver):
-    for (_, (g1, _), _), (_, (g2, _), _) in _stages_versus_states(solver):
-        for a, b in zip(jax.tree.leaves(g1[1:]), jax.tree.leaves(g2[1:])):
-            assert np.array_equal(np.asarray(a), np.asarray(b))
+# That the checkpoint strategies agree bit for bit is tested in test_bitwise.py.
 
 
 def test_blocked_reverse_pass():
