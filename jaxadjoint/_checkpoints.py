@@ -1,7 +1,10 @@
 """What the forward pass keeps for the discrete adjoint, and how the reverse pass reads it.
 
-Every strategy replays the same reverse step on the same recorded grid, so they give
-the same gradients; they trade memory against recomputation:
+Every strategy replays the same reverse step on the same recorded grid; `StoreStates` and
+`Recursive` give bit-for-bit the same gradients, `StoreStages` (which linearises at the
+forward loop's stage values rather than recomputed ones) the same to round-off, bitwise
+where XLA rounds both loops alike (see `_reverse`).  They trade memory against
+recomputation:
 
 - `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
   Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the
