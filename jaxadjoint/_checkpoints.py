@@ -25,7 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax import Array
 
-from ._forward import Recorder
+from ._forward import Recorder, write_slot
 from ._reverse import reverse_all_steps
 from ._solvers import StepOutput
 from ._system import System
@@ -64,7 +64,7 @@ class StoreStates(AbstractCheckpoint):
         self, store: Array, n: Array, y: Array, step: StepOutput, live: tuple, active: Array
     ) -> Array:
         del step, live
-        return store.at[n].set(jnp.where(active, y, store[n]))
+        return write_slot(store, n, y, active)
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 ys_bar, save_state_index):
@@ -88,7 +88,7 @@ class StoreStages(AbstractCheckpoint):
     ) -> Array:
         del y
         stages = jnp.stack([step.stages[m] for m in live])
-        return store.at[n].set(jnp.where(active, stages, store[n]))
+        return write_slot(store, n, stages, active)
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 ys_bar, save_state_index):

@@ -41,7 +41,7 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._controllers import AbstractController, StepTo, Tolerances
-from ._forward import Recorder, forward_loop
+from ._forward import Recorder, forward_loop, write_slot
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import (
@@ -72,8 +72,7 @@ class _StatesAndSlopes(Recorder):
     def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple, active: Array):
         del live
         ys, ks = store
-        return (ys.at[n].set(jnp.where(active, y, ys[n])),
-                ks.at[n].set(jnp.where(active, step.ks[0], ks[n])))
+        return write_slot(ys, n, y, active), write_slot(ks, n, step.ks[0], active)
 
 
 class _Trajectory(eqx.Module):

@@ -48,6 +48,15 @@ class Recorder(eqx.Module):
         return store
 
 
+def write_slot(buffer: Array, index: Array, value: Array, where: Array) -> Array:
+    """``buffer`` with slot ``index`` set to ``value`` if ``where``, else unchanged.
+
+    The guarded write every recorder uses, so that a solve of a batch that is already done
+    (``where`` false) leaves its buffers as they are; one slot is read, not the buffer.
+    """
+    return buffer.at[index].set(jnp.where(where, value, buffer[index]))
+
+
 class ForwardOutput(NamedTuple):
     ys: Array  # (n_save, N) states at the save times
     integral: Array  # (Q,) the RK quadrature of the integrand (empty without one)
@@ -259,7 +268,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             integral = integral + jnp.where(accept, dq, 0)
         # Slot writes: a rejected attempt leaves data past the accepted grid, overwritten by
         # the next attempt; a solve that is done writes nothing.
-        grid = c["grid"].at[n + 1].set(jnp.where(active, tau_next, c["grid"][n + 1]))
+        grid = write_slot(c["grid"], n + 1, tau_next, active)
         store = recorder.record(c["store"], n, y, step, live, active)
         n_new = n + accept.astype(jnp.int32)
         ys, idx, save_index = _store_save(

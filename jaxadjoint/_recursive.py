@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._checkpoints import AbstractCheckpoint
+from ._forward import write_slot
 from ._reverse import initial_block, inject_saves, reverse_sweep
 from ._solvers import StepOutput, erk_step
 
@@ -159,7 +160,7 @@ class Recursive(AbstractCheckpoint):
         stack = jax.lax.cond(thin, _thin_in_place, lambda s: s, stack)
         d = jnp.where(thin, 2 * d, d)
         slot = jnp.minimum(n // d, size - 1)
-        stack = stack.at[slot].set(jnp.where(active & (n % d == 0), y, stack[slot]))
+        stack = write_slot(stack, slot, y, active & (n % d == 0))
         return stack, d
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,

@@ -134,11 +134,13 @@ RATES = jnp.array([0.5, 3.0, 400.0])
 FEW_STEPS = 40
 
 
-def _decay(rate):
-    def f(t, y, args):
-        return -args * y + jnp.sin(t)
+def decay_rhs(t, y, rate):
+    return -rate * y + jnp.sin(t)
 
-    return ja.solve(f, jnp.array([1.0, -0.5]), 0.0, 2.0, rate, saveat=jnp.array([0.5, 2.0]),
+
+def _decay(rate):
+    return ja.solve(decay_rhs, jnp.array([1.0, -0.5]), 0.0, 2.0, rate,
+                    saveat=jnp.array([0.5, 2.0]),
                     rtol=1e-8, atol=1e-8, max_steps=FEW_STEPS, throw=False)
 
 
@@ -165,8 +167,7 @@ def test_batched_solves_equal_single_solves():
 
 def _decay_gradient(rate, y0):
     def loss(rate, y0):
-        f = lambda t, y, a: -a * y + jnp.sin(t)  # noqa: E731
-        sol = ja.solve(f, y0, 0.0, 2.0, rate, rtol=1e-8, atol=1e-8, max_steps=200)
+        sol = ja.solve(decay_rhs, y0, 0.0, 2.0, rate, rtol=1e-8, atol=1e-8, max_steps=200)
         return jnp.sum(sol.ys**2)
 
     return jax.grad(loss, argnums=(0, 1))(rate, y0)
@@ -183,7 +184,7 @@ def test_batched_gradients_equal_single_gradients():
 
 
 def _decay_to(t1, rate):
-    sol = ja.solve(lambda t, y, a: -a * y + jnp.sin(t), jnp.array([1.0, -0.5]), 0.0, t1, rate,
+    sol = ja.solve(decay_rhs, jnp.array([1.0, -0.5]), 0.0, t1, rate,
                    rtol=1e-8, atol=1e-8, max_steps=FEW_STEPS, throw=False)
     return sol.ys[-1], sol.result._value, sol.stats["num_steps"]
 
