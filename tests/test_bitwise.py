@@ -122,3 +122,54 @@ def test_jacrev_bitwise():
         )
         for jacobian in others:
             assert_bitwise(jacobian, reference, f"jacrev ({t0} -> {t1})")
+
+
+def _stencil_rhs(t, u, alpha):
+    """A 5-point Laplacian with zero boundary values (a discretised heat equation)."""
+    del t
+    inner = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+    return jnp.pad(alpha * inner, 1)
+
+
+def test_stencil_bitwise_and_exact():
+    """A state large enough (7 x 7) for each stage's VJP to run in its own branch
+    (`_reverse._apply_vjp`): strategies stay bitwise equal, and equal the replay."""
+    from helpers import max_rel_diff, replay
+
+    from jaxadjoint._reverse import ISOLATED_VJP_MIN_SIZE
+
+    x = np.linspace(0.0, 1.0, 7)
+    u0 = jnp.asarray(np.outer(np.sin(np.pi * x), np.sin(np.pi * x * 2)) + 0.1 * np.outer(x, x))
+    assert u0.size >= ISOLATED_VJP_MIN_SIZE
+    alpha = jnp.asarray(1.3)
+
+    @eqx.filter_jit
+    def value_and_grad(u0, alpha, checkpoint):
+        def loss(u0, alpha):
+            sol = ja.solve(_stencil_rhs, u0, 0.0, 1.0, alpha, solver=ja.Dopri5(),
+                           rtol=1e-8, atol=1e-8, sensitivity=ja.DiscreteAdjoint(checkpoint))
+            return jnp.sum(sol.ys[-1] ** 3), sol.steps
+
+        return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(u0, alpha)
+
+    (value, grid), reference = value_and_grad(u0, alpha, STATES)
+    assert accepted_grid_len(grid) > 6
+    for checkpoint in (STAGES, ja.Recursive(3)):
+        (other_value, _), grads = value_and_grad(u0, alpha, checkpoint)
+        assert_bitwise((other_value, grads), (value, reference), str(checkpoint))
+
+    def replayed_loss(u0, alpha):
+        ys, _ = replay(_stencil_rhs, ja.Dopri5(), u0, alpha, accepted_grid_of(grid))
+        return jnp.sum(ys[-1] ** 3)
+
+    expected = jax.grad(replayed_loss, argnums=(0, 1))(u0, alpha)
+    assert max_rel_diff(reference, expected) < 1e-12
+
+
+def accepted_grid_of(grid):
+    grid = np.asarray(grid)
+    return grid[np.isfinite(grid)]
+
+
+def accepted_grid_len(grid):
+    return accepted_grid_of(grid).size - 1
