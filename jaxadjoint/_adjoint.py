@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from ._checkpoints import AbstractCheckpoint, StoreStates
-from ._forward import ForwardOutput, Recorder, forward_loop
+from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
 from ._reverse import group_saves
 from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
@@ -31,7 +31,7 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
     The failure check runs here, inside the (non-differentiated) forward computation,
     so that it never has to be differentiated itself.
     """
-    steps = jnp.where(jnp.isfinite(out.grid), problem.direction * out.grid, jnp.inf)
+    steps = padded_grid(problem.direction * out.grid, out.num_accepted)
     ys, integral, result = out.ys, out.integral, out.result
     if system.throw:
         ys, integral = result.error_if((ys, integral), result != RESULTS.successful)

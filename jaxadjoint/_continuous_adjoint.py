@@ -41,7 +41,7 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._controllers import AbstractController, StepTo, Tolerances
-from ._forward import Recorder, forward_loop, write_slot
+from ._forward import Recorder, forward_loop, padded_grid, write_slot
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import (
@@ -131,7 +131,7 @@ def _trajectory(system: System, problem: Problem, out) -> _Trajectory:
     # its batching to the allocation.)
     accs = uninitialised(ys.shape, ys.dtype, ys[0, 0], "accelerations")
     accs = jax.lax.fori_loop(0, num + 1, acceleration, accs)
-    return _Trajectory(grid=out.grid, ys=ys, ks=ks, accs=accs, num_accepted=num,
+    return _Trajectory(grid=padded_grid(out.grid, num), ys=ys, ks=ks, accs=accs, num_accepted=num,
                        direction=direction)
 
 

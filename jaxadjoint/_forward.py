@@ -6,7 +6,9 @@ controller accept or reject it.  Accepted step end-times go into ``grid`` (the r
 the reverse pass replays); a `Recorder` keeps whatever else a sensitivity method needs
 (states, stages or checkpoints).  Buffers have length ``max_steps`` but are never
 filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
-steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).
+steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  The grid's slots
+after the last accepted step stay unwritten: `padded_grid` fills them with ``inf`` only
+where they are shown (``sol.steps``).
 """
 
 from __future__ import annotations
@@ -60,13 +62,25 @@ def write_slot(buffer: Array, index: Array, value: Array, where: Array) -> Array
 class ForwardOutput(NamedTuple):
     ys: Array  # (n_save, N) states at the save times
     integral: Array  # (Q,) the RK quadrature of the integrand (empty without one)
-    grid: Array  # (max_steps + 1,) accepted step end-times in tau, inf-padded
+    grid: Array  # (max_steps + 1,) accepted step end-times in tau; slots > T unspecified
     num_accepted: Array  # T, the number of accepted steps
     save_state_index: Array  # (n_save,) index n of the state y_n saved at ts[i]
     y_final: Array  # y_T = y(t1)
     stats: dict[str, Array]
     result: RESULTS
     store: Any
+
+
+def padded_grid(grid: Array, num_accepted: Array) -> Array:
+    """``grid`` with the slots after ``num_accepted`` set to ``inf`` (as ``sol.steps``).
+
+    The forward loop leaves those slots unwritten; the reverse pass never reads them.
+    Padding is a pass over all ``max_steps + 1`` slots, so it is done only where the
+    padded grid is used (``sol.steps``, the continuous adjoint's interpolant), and XLA
+    drops it when ``sol.steps`` is not used.
+    """
+    slots = jnp.arange(grid.shape[-1], dtype=jnp.int32)
+    return jnp.where(slots <= num_accepted, grid, jnp.inf)
 
 
 def quadrature_increment(
@@ -308,13 +322,11 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_rejected_steps=num_steps - num_accepted,
             num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
         )
-        slots = jnp.arange(system.max_steps + 1, dtype=jnp.int32)
-        grid = jnp.where(slots <= num_accepted, final["grid"], jnp.inf)
         ys, save_state_index = _fill_repeated_saves(final["ys"], final["save_state_index"], taus)
         return ForwardOutput(
             ys=ys,
             integral=final["integral"],
-            grid=grid,
+            grid=final["grid"],
             num_accepted=num_accepted,
             save_state_index=save_state_index,
             y_final=final["y"],

@@ -11,7 +11,9 @@ the quadrature ``q_{n+1} = q_n + h sum_m b_m R(t_m, Y_m)``), the adjoint is
     pbar += sum_m (df/dp)(t_m, Y_m)^T kbar_m + (dR/dp)(t_m, Y_m)^T (h b_m mu)
 
 (paper, section 3.3 and Appendix A).  ``h`` and ``t_n`` come from the recorded grid and
-are constants.  Under `jax.vmap` over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and
+are constants.  For states of 32 components or more each stage's VJP is its own
+`jax.lax.cond` branch, so that ``kbar_m`` and ``Ybar_m`` are materialised once instead of
+being re-summed inside every consumer (`_apply_vjp`).  Under `jax.vmap` over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and
 ``pbar`` carry the batch axis: the stage values depend on the record alone, so XLA sees
 one unbatched stage recomputation and batched (matrix–matrix) vector–Jacobian products.
 

@@ -174,3 +174,38 @@ def test_no_recompile_for_new_values():
     sc.run(new_diff, -1.0, 0.5, (-0.5, 0.0, 0.5), new_kwargs)
     assert sc.traces_of_run(diff, t0, t1, saveat, kwargs) == 1
     assert sc.traces_of_run(new_diff, -1.0, 0.5, (-0.5, 0.0, 0.5), new_kwargs) == 1
+
+
+def _is_transposed_product(eqn, size: int) -> bool:
+    """A ``dot_general`` contracting dimension 0 of a (size, size) matrix: ``kbar @ M``."""
+    if eqn.primitive.name != "dot_general":
+        return False
+    (lhs_contract, rhs_contract), _ = eqn.params["dimension_numbers"]
+    return any(v.aval.shape == (size, size) and tuple(c) == (0,)
+               for v, c in zip(eqn.invars, (lhs_contract, rhs_contract)))
+
+
+@pytest.mark.parametrize("size", [4, 36])
+def test_stage_vjps_run_in_their_own_branch_for_large_states(size):
+    """From `ISOLATED_VJP_MIN_SIZE` state components on, each live stage's VJP in the
+    reverse sweep is a `cond` of its own (so XLA materialises its cotangents instead of
+    re-summing them in every consumer); below, it is inline (a branch costs more than a
+    tiny state's recomputation)."""
+    from jaxadjoint._reverse import ISOLATED_VJP_MIN_SIZE
+
+    matrix = -jnp.eye(size) + 0.01
+
+    def loss(y0):
+        sol = ja.solve(lambda t, y, M: M @ y, y0, 0.0, 1.0, matrix, max_steps=MAX_STEPS)
+        return jnp.sum(sol.ys**2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(jnp.ones(size)).jaxpr
+    body = [e for loop in while_loops(jaxpr)
+            for e in equations(loop.params["body_jaxpr"].jaxpr)]
+    vjps = sum(_is_transposed_product(e, size) for e in body)
+    branched = [e for e in body if e.primitive.name == "cond"
+                and any(_is_transposed_product(x, size)
+                        for b in e.params["branches"] for x in equations(b.jaxpr))]
+    live_stages = len(ja.Dopri5().tableau.live_stages)
+    assert vjps >= live_stages
+    assert len(branched) == (live_stages if size >= ISOLATED_VJP_MIN_SIZE else 0)
