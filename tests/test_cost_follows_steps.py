@@ -1,7 +1,7 @@
 """A solve that takes T steps costs time in proportion to T, not to `max_steps`.
 
 The forward loop records into buffers of length ``max_steps`` (the step grid, and the
-states or stages a checkpoint strategy keeps).  Three things could make every call pay
+states or stages a checkpoint strategy keeps).  Four things could make every call pay
 for all ``max_steps`` slots, and each is checked here on the compiled program:
 
 1. zero-filling the buffers (`jax.lax.empty` is a zero broadcast on CPU): they come from
@@ -10,7 +10,9 @@ for all ``max_steps`` slots, and each is checked here on the compiled program:
    allocation is batched with the data;
 3. under `jax.vmap`, `while_loop`'s batched predicate, which selects between the old and
    new carry — whole buffers included — after every step: the batch shares one loop in
-   which finished solves stand still.
+   which finished solves stand still;
+4. padding the step grid with inf after the loop: only ``sol.steps`` is padded, and XLA
+   drops it when the loss does not use it.
 
 Plus one coarse timing check, and the batched loop's results against one solve at a time.
 """
