@@ -13,6 +13,8 @@ Derivatives with respect to the times use the continuous formulas
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -108,10 +110,12 @@ class DiscreteAdjoint(AbstractSensitivity):
     Exact to round-off: the gradient is the derivative of the discrete solution that
     was computed, on its recorded step grid.  ``checkpoint`` chooses what the forward
     pass keeps: `StoreStates` (default), `StoreStages` or `Recursive`.
-    `jax.jvp`/`jax.jacfwd` need `DiscreteForward` instead.
+    `jax.jvp`, `jax.jacfwd` and `jax.hessian` need `DiscreteForward` instead (a clear
+    error says so).
     """
 
     checkpoint: AbstractCheckpoint = StoreStates()
+    reverse_mode_only: ClassVar[bool] = True
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
         return _solve(problem, system, self.checkpoint)

@@ -32,7 +32,7 @@ Time derivatives use the same continuous formulas as every method.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -319,6 +319,7 @@ class ContinuousAdjoint(AbstractSensitivity):
     state: Literal["checkpointed", "backsolve"] = eqx.field(static=True, default="checkpointed")
     rtol: float | None = eqx.field(static=True, default=None)
     atol: float | None = eqx.field(static=True, default=None)
+    reverse_mode_only: ClassVar[bool] = True
 
     def __check_init__(self):
         if self.state not in ("checkpointed", "backsolve"):

@@ -74,7 +74,6 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
     return controller
 
 
-@eqx.filter_jit
 def solve(
     rhs: Callable[[Array, Any, Any], Any],
     y0: Any,
@@ -125,6 +124,36 @@ def solve(
     Returns:
         A `Solution`.
     """
+    if isinstance(sensitivity, AbstractSensitivity) and sensitivity.reverse_mode_only:
+        # Before `jit`: inside it, an outer `jax.jvp` is invisible (it transforms the jaxpr).
+        check.check_reverse_mode_only(
+            f"{type(sensitivity).__name__}()", (y0, t0, t1, args, saveat, rhs, integrand)
+        )
+    return _solve(
+        rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
+        integrand, max_steps, throw,
+    )
+
+
+@eqx.filter_jit
+def _solve(
+    rhs: Callable[[Array, Any, Any], Any],
+    y0: Any,
+    t0: float | Array,
+    t1: float | Array,
+    args: Any,
+    solver: AbstractERK,
+    rtol: float | Array,
+    atol: float | Array,
+    dt0: float | Array | None,
+    controller: AbstractController | None,
+    saveat: Array | None,
+    sensitivity: AbstractSensitivity,
+    integrand: Callable[[Array, Any, Any], Any] | None,
+    max_steps: int,
+    throw: bool,
+) -> Solution:
+    """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves."""
     if not callable(rhs):
         raise TypeError(f"`rhs` must be callable as rhs(t, y, args), got {type(rhs).__name__}")
     if not isinstance(solver, AbstractERK):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 from jax import Array
@@ -32,6 +32,10 @@ class AbstractSensitivity(eqx.Module):
     `__call__` must return the forward solution and make it differentiable (by a custom
     VJP or JVP rule) with respect to every leaf of ``problem``.
     """
+
+    # True for methods built on `jax.custom_vjp`, which JAX cannot differentiate in forward
+    # mode: `solve` then rejects forward-mode tracers with a clear error.
+    reverse_mode_only: ClassVar[bool] = False
 
     @abc.abstractmethod
     def __call__(self, system: System, problem: Problem) -> SolveOutput:

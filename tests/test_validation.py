@@ -334,3 +334,25 @@ def test_differentiating_a_failed_solve_raises():
     kwargs = sc.sweep_kwargs(SOLVER, rtol=1e-12, atol=1e-12, throw=False)
     with pytest.raises(eqx.EquinoxRuntimeError, match="failed .* was differentiated"):
         jax.block_until_ready(sc.run(DIFF, 0.1, 60.0, (0.4, 0.7, 1.9), kwargs))
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.ContinuousAdjoint()],
+                         ids=["DiscreteAdjoint", "ContinuousAdjoint"])
+@pytest.mark.parametrize("mode", ["jvp", "jacfwd", "hessian", "jit-hessian"])
+def test_forward_mode_through_reverse_only_sensitivity(sensitivity, mode):
+    """JAX cannot push tangents through a custom VJP (`jax.hessian` used to fail with a bare
+    AssertionError from inside JAX): the error names the sensitivity and the alternative."""
+
+    def loss(k):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 1.0, k,
+                       sensitivity=sensitivity)
+        return jnp.sum(sol.ys**2)
+
+    transforms = {
+        "jvp": lambda: jax.jvp(loss, (0.5,), (1.0,)),
+        "jacfwd": lambda: jax.jacfwd(loss)(0.5),
+        "hessian": lambda: jax.hessian(loss)(0.5),
+        "jit-hessian": lambda: jax.jit(jax.hessian(loss))(0.5),
+    }
+    with pytest.raises(TypeError, match=r"reverse mode only.*DiscreteForward"):
+        transforms[mode]()
