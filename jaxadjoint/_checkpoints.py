@@ -1,9 +1,9 @@
 """What the forward pass keeps for the discrete adjoint, and how the reverse pass reads it.
 
 Every strategy replays the same reverse step on the same recorded grid; `StoreStates` and
-`Recursive` give bit-for-bit the same gradients, `StoreStages` (which linearises at the
-forward loop's stage values rather than recomputed ones) the same to round-off, bitwise
-where XLA rounds both loops alike (see `_reverse`).  They trade memory against
+`Recursive` give bit-for-bit the same gradients; so does `StoreStages` (which linearises
+at the forward loop's stage values rather than recomputed ones) except, with some solvers,
+in the last bits of parameter gradients (see `_reverse`).  They trade memory against
 recomputation:
 
 - `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
