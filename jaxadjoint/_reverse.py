@@ -26,19 +26,23 @@ need the same fusions, and the reverse pass is arranged for that (`reverse_sweep
 
 - `StoreStates` and `Recursive` run the same compiled reverse step on the same states
   (`Recursive` replays steps exactly as the forward loop takes them), and sum the
-  parameter adjoint in an order fixed by the solve.  One step at a time, each stage's
-  contribution is added to the running ``pbar`` on its own, so every addition has a
-  single product operand and rounds the same in any fusion.  In blocks, a block is a
-  fixed set of steps whatever segment a sweep covers, and its VJP is compiled on its
-  own (a `jax.lax.cond` branch) from the block's stage rows.  Their gradients are
-  equal bit for bit (checked for every solver, both paths, both time directions,
-  several right-hand sides and `jax.jacrev`; `tests/test_bitwise.py`).
-- `StoreStages` linearises at the stages the forward loop computed and stored.  They
-  have matched the recomputed ones bit for bit wherever checked, and so have its state
-  and time gradients; but a parameter's VJP is compiled in a different loop when the
-  stage is loaded than when it is computed in place, and XLA does not promise the same
-  rounding there (Vern6/7/8 on the test problem: the gradient in a scalar parameter of
-  ``eps * sin(u)`` differs by 2e-16 to 8e-15 relative; bitwise with the other solvers).
+  parameter adjoint in an order fixed by the solve.  Blocks of steps (one step for few
+  parameters and small states, four for many parameters) are fixed sets of steps
+  whatever segment a sweep covers, and a block's parameter VJP is compiled on its own
+  (a `jax.lax.cond` branch) from the block's stage rows.  Large states with few
+  parameters take joint VJPs stage by stage, each in its own branch (`_apply_vjp`), and
+  add each stage's parameter part to the running ``pbar`` on its own, so that every
+  addition has a single product operand and rounds the same in any fusion.
+- `StoreStages` linearises at the stages the forward loop computed and stored; they
+  equal the recomputed ones bit for bit.  What could still differ is how XLA compiles
+  a VJP that consumes a loaded stage rather than one computed in place: it recomputes
+  ``kbar`` inside a parameter VJP's reduction when it can.  Branches keep the stage
+  cotangents materialised on every path (`joint_stage_vjps`), which made `StoreStages`
+  bitwise too (before, Vern6/7/8 on the test problem differed by a few ulp in a scalar
+  parameter's gradient).
+
+All three give equal gradients bit for bit (checked for every solver, both paths, both
+time directions, several right-hand sides and `jax.jacrev`; `tests/test_bitwise.py`).
 """
 
 from __future__ import annotations
@@ -266,7 +270,8 @@ def reverse_step(
 
     One joint vector–Jacobian product per stage, with respect to the stage value and
     the parameters together: no stage data is stacked and the right-hand side is
-    linearised once per stage.  Used one step at a time, when the parameters are few.
+    linearised once per stage.  Used for large states with few parameters
+    (`joint_stage_vjps`).
     """
     lam_n, _, _, _, pbar = _stage_adjoints(
         system, tau, h, y, stages, lam, mu, params, direction, pbar
@@ -332,18 +337,36 @@ def block_size(params: Any, state_size: int) -> int:
     return 4 if num_params >= max(4 * state_size, 1024) else 1
 
 
+def joint_stage_vjps(params: Any, state_size: int) -> bool:
+    """Whether each stage's VJP also gives its parameter part (no block of stage rows).
+
+    True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters:
+    each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees
+    the same materialised ``kbar``, and the right-hand side is linearised once per stage
+    (a separate parameter VJP would linearise it again: +20–46 % on the heat equation).
+    Smaller states skip those branches (they cost more than a small stage), and XLA may
+    then recompute ``kbar`` inside the parameter VJP's reduction, rounded differently
+    depending on whether the stage was loaded or recomputed (`StoreStages` against
+    `StoreStates`: a few ulp in a scalar parameter's gradient with Vern6/7/8).  So small
+    states take the parameter adjoint per step, as a block of one step: one branch a
+    step (Van der Pol: +2 %), bitwise equal for every strategy.
+    """
+    return block_size(params, state_size) == 1 and state_size >= ISOLATED_VJP_MIN_SIZE
+
+
 def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCotangents | None:
     """The stage rows of a block of steps before any of its steps is reversed.
 
-    ``None`` when steps go one at a time.  A block holds `block_size` steps' live stages
+    ``None`` when each stage's VJP gives its parameter part (`joint_stage_vjps`).  A
+    block holds `block_size` steps' live stages
     (``L`` rows per step, step by step); each row is overwritten when its step is reversed.
     A row still unwritten when the block's adjoint is taken (steps below 0 in the bottom
     block) gets a zero cotangent there; its stage value is the finite state ``y``, so it
     adds exactly zero.
     """
-    block = block_size(params, lam.shape[-1])
-    if block == 1:
+    if joint_stage_vjps(params, lam.shape[-1]):
         return None
+    block = block_size(params, lam.shape[-1])
     rows = block * len(system.solver.tableau.live_stages)
     quad_rows = block * len(_quadrature_stages(system))
     dtype = lam.dtype
@@ -397,9 +420,10 @@ def reverse_sweep(
     is read one iteration ahead and carried, because slicing a stored buffer inside the
     body lets XLA fuse the slice into every consumer and lose vectorisation.
 
-    One step per iteration.  With few parameters (``rows`` is ``None``, see `block_size`)
-    `reverse_step` adds each stage's parameter adjoint to ``pbar`` on its own.  With many,
-    the step's stage rows are written into the block's ``rows`` and the parameter adjoint
+    One step per iteration.  For large states with few parameters (``rows`` is ``None``,
+    see `joint_stage_vjps`) `reverse_step` adds each stage's parameter adjoint to ``pbar``
+    on its own.  Otherwise the step's stage rows are written into the block's ``rows`` (a
+    block of `block_size` steps: one, or four for many parameters) and the parameter adjoint
     of a block is one VJP, taken (in a `jax.lax.cond` branch, compiled on its own) when
     its last step is reversed.  Blocks are fixed by the solve, not by the sweep: the
     block of step ``n`` holds the steps ``m`` with ``(num_steps - 1 - m) // B`` equal to
