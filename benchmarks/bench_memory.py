@@ -11,12 +11,15 @@ Problems:
 - ``heat``: 2-D heat equation, 5-point Laplacian on an ``n x n`` grid (Dirichlet),
   Dopri5 at loose tolerance, gradient of ``sum(u(t1)^2)`` in ``(u0, alpha)``;
 - ``vdp``: Van der Pol, ``mu = 10`` on ``[0, t1]`` (thousands of steps), Dopri5;
+- ``brusselator``: the 1-D Brusselator with 2 x 32 unknowns on its limit cycle, ``[0, t1]``
+  (thousands of steps): a long horizon with a state of moderate size;
 - ``maxsteps``: the same heat solve at ``max_steps`` 4096 and 65536 (time ~ T?);
 - ``scale``: heat with Euler, constant steps, a horizon 100x what fits with
   ``StoreStates`` under a stated memory cap.
 
-Usage: ``python benchmarks/bench_memory.py [--quick]``; writes
-``benchmarks/results/memory.json``.
+Usage: ``python benchmarks/bench_memory.py [--quick] [--problems heat vdp ...]``; writes
+``benchmarks/results/memory.json`` (with ``--problems``, only those problems' records are
+replaced).
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ def _problem(cfg):
             return _laplacian(u, alpha)
 
         return rhs, jnp.asarray(u0), jnp.asarray(1.0)
+
+    if cfg["problem"] == "brusselator":
+        from jaxadjoint.problems import brusselator_problem
+
+        problem = brusselator_problem(cfg["n"], cfg["t1"])
+        return problem.rhs, problem.y0, problem.args
 
     def vdp(t, y, mu):
         del t
@@ -185,6 +194,9 @@ def configs(quick: bool) -> list[dict]:
     vdp = dict(problem="vdp", t1=100.0 if quick else 300.0, max_steps=16384, tol=1e-6)
     out = [dict(heat, method=m) for m in strategies]
     out += [dict(vdp, method=m) for m in strategies]
+    brusselator = dict(problem="brusselator", n=32, t1=80.0 if quick else 200.0,
+                       max_steps=8192, tol=1e-6)
+    out += [dict(brusselator, method=m) for m in strategies]
     small = dict(problem="maxsteps", n=64, t1=2e-3, tol=1e-3, reps=5)
     for ms in (4096, 65536):
         # StoreStages at 65536 reserves ~13 GB of address space, of which the 19 steps
@@ -207,20 +219,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--one")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--problems", nargs="+", default=None,
+                        help="run only these problems and keep the other records")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
         return
     results = []
     for cfg in configs(args.quick):
+        if args.problems and cfg["problem"] not in args.problems:
+            continue
         rec = _spawn(cfg)
         results.append(rec)
         print(json.dumps({k: rec.get(k) for k in (
             "problem", "method", "max_steps", "steps", "time_median", "xla_total", "peak_rss",
             "error")}), flush=True)
     # Interleaved timing of the strategies and diffrax, one problem at a time.
-    for problem in ("heat", "vdp"):
+    for problem in ("heat", "vdp", "brusselator"):
         group = [r for r in results if r["problem"] == problem and "error" not in r]
+        if not group:
+            continue
         rounds = 3 if args.quick else (7 if problem == "heat" else 15)
         times = interleaved_times([{k: r[k] for k in r if k in CONFIG_KEYS} for r in group],
                                   rounds)
@@ -229,6 +247,10 @@ def main() -> None:
             r.update(interleaved_median=ts[len(ts) // 2], interleaved_min=ts[0])
             print(problem, r["method"], f"interleaved median {r['interleaved_median']:.4f} s",
                   flush=True)
+    if args.problems and os.path.exists(OUT):
+        with open(OUT) as f:
+            kept = [r for r in json.load(f)["results"] if r["problem"] not in args.problems]
+        results = kept + results
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(dict(machine=os.uname().machine, cpus=os.cpu_count(), results=results), f,
