@@ -1,10 +1,9 @@
 """What the forward pass keeps for the discrete adjoint, and how the reverse pass reads it.
 
-Every strategy replays the same reverse step on the same recorded grid; `StoreStates` and
-`Recursive` give bit-for-bit the same gradients; so does `StoreStages` (which linearises
-at the forward loop's stage values rather than recomputed ones) except, with some solvers,
-in the last bits of parameter gradients (see `_reverse`).  They trade memory against
-recomputation:
+Every strategy replays the same reverse step on the same recorded grid, and all give
+bit-for-bit the same gradients, `StoreStages` included, though it linearises at the forward
+loop's stage values rather than recomputed ones (see `_reverse` for what that takes).
+They trade memory against recomputation:
 
 - `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
   Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the
@@ -53,7 +52,22 @@ class AbstractCheckpoint(Recorder):
         """Reverse through all accepted steps; return ``(dL/dy0, dL/dparams)``."""
 
 
-class StoreStates(AbstractCheckpoint):
+class _EveryStep(AbstractCheckpoint):
+    """A strategy that records every accepted step and reverses them in one sweep."""
+
+    @abc.abstractmethod
+    def read(self, store: Any, n: Array) -> tuple[Array | None, Array | None]:
+        """``(y_n or None, live stages of step n or None)`` from the record."""
+
+    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
+                ys_bar, save_state_index):
+        return reverse_all_steps(
+            system, params, direction, grid, num_accepted, lambda n: self.read(store, n),
+            lam, pbar, mu, ys_bar, save_state_index,
+        )
+
+
+class StoreStates(_EveryStep):
     """Keep every accepted state ``y_n``; recompute the stages on the way back."""
 
     def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Array:
@@ -66,18 +80,11 @@ class StoreStates(AbstractCheckpoint):
         del step, live
         return write_slot(store, n, y, active)
 
-    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
-                ys_bar, save_state_index):
-        def read(n):
-            return store[n], None
-
-        return reverse_all_steps(
-            system, params, direction, grid, num_accepted, read, lam, pbar, mu, ys_bar,
-            save_state_index,
-        )
+    def read(self, store: Array, n: Array) -> tuple[Array, None]:
+        return store[n], None
 
 
-class StoreStages(AbstractCheckpoint):
+class StoreStages(_EveryStep):
     """Keep the live stage values of every accepted step; no recomputation."""
 
     def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Array:
@@ -90,12 +97,5 @@ class StoreStages(AbstractCheckpoint):
         stages = jnp.stack([step.stages[m] for m in live])
         return write_slot(store, n, stages, active)
 
-    def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
-                ys_bar, save_state_index):
-        def read(n):
-            return None, store[n]
-
-        return reverse_all_steps(
-            system, params, direction, grid, num_accepted, read, lam, pbar, mu, ys_bar,
-            save_state_index,
-        )
+    def read(self, store: Array, n: Array) -> tuple[None, Array]:
+        return None, store[n]

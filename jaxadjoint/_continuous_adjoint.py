@@ -131,8 +131,8 @@ def _trajectory(system: System, problem: Problem, out) -> _Trajectory:
     # its batching to the allocation.)
     accs = uninitialised(ys.shape, ys.dtype, ys[0, 0], "accelerations")
     accs = jax.lax.fori_loop(0, num + 1, acceleration, accs)
-    return _Trajectory(grid=padded_grid(out.grid, num), ys=ys, ks=ks, accs=accs, num_accepted=num,
-                       direction=direction)
+    return _Trajectory(grid=padded_grid(out.grid, num), ys=ys, ks=ks, accs=accs,
+                       num_accepted=num, direction=direction)
 
 
 class _StopAtGrid(AbstractController):

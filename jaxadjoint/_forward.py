@@ -219,7 +219,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_q = 0
         # Everything the recorded values can depend on, for their batching under vmap.
         witness = batch_witness(dtype, y0, params, tau0, tau1, taus, h0, cstate, system)
-        # Slots past the last accepted step are set to inf by `finish`.
+        # Slots past the last accepted step stay unwritten (see `padded_grid`).
         grid = uninitialised((system.max_steps + 1,), dtype, witness, "grid").at[0].set(tau0)
         return dict(
             tau=tau0,

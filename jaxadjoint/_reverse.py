@@ -13,9 +13,10 @@ the quadrature ``q_{n+1} = q_n + h sum_m b_m R(t_m, Y_m)``), the adjoint is
 (paper, section 3.3 and Appendix A).  ``h`` and ``t_n`` come from the recorded grid and
 are constants.  For states of 32 components or more each stage's VJP is its own
 `jax.lax.cond` branch, so that ``kbar_m`` and ``Ybar_m`` are materialised once instead of
-being re-summed inside every consumer (`_apply_vjp`).  Under `jax.vmap` over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and
-``pbar`` carry the batch axis: the stage values depend on the record alone, so XLA sees
-one unbatched stage recomputation and batched (matrix–matrix) vector–Jacobian products.
+being re-summed inside every consumer (`_apply_vjp`).  Under `jax.vmap` over cotangent
+seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis: the stage
+values depend on the record alone, so XLA sees one unbatched stage recomputation and
+batched (matrix–matrix) vector–Jacobian products.
 
 **Bit for bit across checkpoint strategies.**  XLA on CPU compiles each fusion on its
 own and copies cheap producers (a stage recomputation) into every consumer; LLVM then
@@ -349,7 +350,7 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
     depending on whether the stage was loaded or recomputed (`StoreStages` against
     `StoreStates`: a few ulp in a scalar parameter's gradient with Vern6/7/8).  So small
     states take the parameter adjoint per step, as a block of one step: one branch a
-    step (Van der Pol: +2 %), bitwise equal for every strategy.
+    step (Van der Pol: +3 %), bitwise equal for every strategy.
     """
     return block_size(params, state_size) == 1 and state_size >= ISOLATED_VJP_MIN_SIZE
 
@@ -357,9 +358,9 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
 def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCotangents | None:
     """The stage rows of a block of steps before any of its steps is reversed.
 
-    ``None`` when each stage's VJP gives its parameter part (`joint_stage_vjps`).  A
-    block holds `block_size` steps' live stages
-    (``L`` rows per step, step by step); each row is overwritten when its step is reversed.
+    ``None`` when each stage's VJP gives its parameter part (`joint_stage_vjps`).  A block
+    holds `block_size` steps' live stages (``L`` rows per step, step by step); each row is
+    overwritten when its step is reversed.
     A row still unwritten when the block's adjoint is taken (steps below 0 in the bottom
     block) gets a zero cotangent there; its stage value is the finite state ``y``, so it
     adds exactly zero.

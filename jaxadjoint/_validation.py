@@ -159,21 +159,16 @@ def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> Non
         raise ValueError("`integrand` returned no arrays; it must return a pytree of floats")
 
 
-def _is_forward_mode_tracer(x: Any) -> bool:
-    """Whether ``x`` is traced by forward-mode autodiff (`jax.jvp`), at any nesting level.
+try:  # private: forward-mode detection is skipped on a JAX without it (JAX's error stays)
+    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+except ImportError:
+    _JVPTracer = None
 
-    Reverse mode (`jax.grad`, `jax.vjp`, `jax.linearize`) traces with JAX's linearize
-    tracers when ``jax_use_direct_linearize`` is on (the default); only then does a JVP
-    tracer mean forward mode, so otherwise nothing is reported.
-    """
-    try:
-        from jax._src.interpreters.ad import JVPTracer
-    except ImportError:  # a JAX without this class: leave the error to JAX
-        return False
-    if not getattr(jax.config, "jax_use_direct_linearize", False):
-        return False
+
+def _is_forward_mode_tracer(x: Any) -> bool:
+    """Whether ``x`` is traced by forward-mode autodiff (`jax.jvp`), at any nesting level."""
     while isinstance(x, jax.core.Tracer):
-        if isinstance(x, JVPTracer):
+        if isinstance(x, _JVPTracer):
             return True
         x = getattr(x, "primal", getattr(x, "val", None))  # linearize / vmap tracers
     return False
@@ -185,7 +180,12 @@ def check_reverse_mode_only(sensitivity: str, inputs: Any) -> None:
     JAX cannot push tangents through a `jax.custom_vjp` function: `jax.jvp` and
     `jax.jacfwd` fail with a generic message, `jax.hessian` (forward over reverse) with a
     bare ``AssertionError`` from inside JAX.  Checked at trace time, on the inputs.
+    Reverse mode (`jax.grad`, `jax.vjp`, `jax.linearize`) traces with linearize tracers
+    when ``jax_use_direct_linearize`` is on (the default); only then does a JVP tracer mean
+    forward mode, so otherwise nothing is checked.
     """
+    if _JVPTracer is None or not getattr(jax.config, "jax_use_direct_linearize", False):
+        return
     if any(_is_forward_mode_tracer(leaf) for leaf in jax.tree.leaves(inputs)):
         raise TypeError(
             f"`sensitivity={sensitivity}` differentiates in reverse mode only (jax.grad, "
