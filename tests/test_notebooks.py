@@ -20,7 +20,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 def test_notebooks_exist():
     names = {path.stem for path in NOTEBOOKS}
     for expected in ("01_heat_equation", "02_van_der_pol", "03_lotka_volterra",
-                     "04_fitting_with_optax"):
+                     "04_fitting_with_optax", "05_neural_ode"):
         assert expected in names
 
 
