@@ -21,6 +21,7 @@ from ._integrate import solve as solve
 from ._recursive import Recursive as Recursive
 from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS
+from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._solution import Solution as Solution
 from ._solvers import (

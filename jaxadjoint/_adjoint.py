@@ -6,9 +6,12 @@ the checkpoint strategy keeps).  The backward pass, attached with
 reverse step of `_reverse.py`.  The grid is a constant of the computation, so the result
 is the derivative of exactly what was computed, to round-off.
 
-Derivatives with respect to the times use the continuous formulas
-``dy(t_i)/dt_i = f(t_i, y(t_i))``, ``dL/dt0 = -lam_0 . f(t0, y0) - mu . R(t0, y0)`` and
-``dL/dt1 = mu . R(t1, y(t1))`` (plus the save at ``t1`` when ``saveat`` is ``None``).
+Saves are evaluated on the continuous extension of their step (`_dense`): their
+cotangents go to the step's start state and, with weights ``h b_m(theta)``, to its stage
+slopes, which the sweep adds when it reverses that step.  The derivative with respect to
+a save time is the interpolant's time derivative.  ``t0`` and ``t1`` use the continuous
+formulas ``dL/dt0 = -lam_0 . f(t0, y0) - mu . R(t0, y0)`` and ``dL/dt1 = mu . R(t1, y(t1))``
+(plus the save at ``t1`` when ``saveat`` is ``None``, whose time is ``t1``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax import Array
 
 from ._checkpoints import AbstractCheckpoint, StoreStates
+from ._dense import DenseRows, row_cotangents
 from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
-from ._reverse import group_saves
+from ._reverse import SaveCotangents
 from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
 from ._system import Problem, System
 
@@ -35,9 +40,12 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
     """
     steps = padded_grid(problem.direction * out.grid, out.num_accepted)
     ys, integral, result = out.ys, out.integral, out.result
+    dense = out.rows if system.dense else None
     if system.throw:
-        ys, integral = result.error_if((ys, integral), result != RESULTS.successful)
-    return SolveOutput(ys, integral, Record(steps, out.stats, result))
+        ys, integral, dense = result.error_if(
+            (ys, integral, dense), result != RESULTS.successful
+        )
+    return SolveOutput(ys, integral, Record(steps, out.stats, result), dense)
 
 
 def plain_solve(system: System, problem: Problem) -> SolveOutput:
@@ -56,50 +64,66 @@ def _solve_fwd(perturbed, problem, system, checkpoint):
     del perturbed
     out = forward_loop(system, problem, checkpoint)
     residuals = (
-        out.store, out.grid, out.num_accepted, out.save_state_index, out.ys, out.y_final,
-        out.integral, out.result,
+        out.store, out.grid, out.num_accepted, out.rows, out.y_final, out.integral, out.result,
     )
     return to_solve_output(system, problem, out), residuals
 
 
+def _dense_cotangent(dense_bar: DenseRows | None, rows: DenseRows) -> tuple[Array, Array]:
+    """``(ybar, kbar)`` of the dense-output rows returned to the user (zeros if unused)."""
+    ybar = kbar = None
+    if dense_bar is not None:
+        ybar, kbar = dense_bar.y, dense_bar.k
+    ybar = jnp.zeros_like(rows.y) if ybar is None else ybar
+    kbar = jnp.zeros_like(rows.k) if kbar is None else kbar
+    return ybar, kbar
+
+
 @_solve.def_bwd
 def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
-    store, grid, num_accepted, save_state_index, ys, y_final, integral, result = residuals
-    ys_bar, integral_bar, _ = grad_obj
-    # Outputs the loss does not use have no cotangent: they contribute zero.
-    ys_bar = jnp.zeros_like(ys) if ys_bar is None else ys_bar
-    mu = jnp.zeros_like(integral) if integral_bar is None else integral_bar
+    store, grid, num_accepted, rows, y_final, integral, result = residuals
+    ys_bar, integral_bar, _, dense_bar = grad_obj
     params, direction = problem.params, problem.direction
+    taus = direction * problem.ts
+    # Outputs the loss does not use have no cotangent: they contribute zero.
+    if ys_bar is None:
+        ys_bar = jnp.zeros(taus.shape + y_final.shape, y_final.dtype)
+    mu = jnp.zeros_like(integral) if integral_bar is None else integral_bar
     if not system.throw:
         # With throw=True the forward pass has already raised with the failure's own
         # message; a second check here could fire first and hide it.
         failed = result != RESULTS.successful
         ys_bar = eqx.error_if(ys_bar, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
+    # Saves are evaluated on the dense-output rows: their cotangents go to the rows'
+    # states and slopes, which the sweep adds when it reverses the rows' steps.
+    plan = system.stage_plan
+    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar)
+    if system.dense:
+        dense_ybar, dense_kbar = _dense_cotangent(dense_bar, rows)
+        ybar, kbar = ybar + dense_ybar, kbar + dense_kbar
+    interpolating = system.interpolate_saves or system.dense
+    saves = SaveCotangents(rows.step, rows.count, ybar, kbar if interpolating else None)
+
     lam = jnp.zeros_like(problem.y0)
     pbar = jax.tree.map(jnp.zeros_like, params)
-    grouped_bar, grouped_index = group_saves(ys_bar, save_state_index)
     lam, pbar = checkpoint.reverse(
-        system, params, direction, store, grid, num_accepted, lam, pbar, mu, grouped_bar,
-        grouped_index,
+        system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
-
-    def rhs(t, y):
-        return system.rhs(t, y, params)
 
     def integrand_dot(t, y):
         if not system.has_integrand:
-            return jnp.zeros((), ys.dtype)
+            return jnp.zeros((), y_final.dtype)
         return jnp.vdot(mu, system.integrand(t, y, params))
 
     t0_bar = t1_bar = ts_bar = None
     if perturbed.t0:
-        t0_bar = -jnp.vdot(lam, rhs(problem.t0, problem.y0)) - integrand_dot(problem.t0, problem.y0)
+        slope = system.rhs(problem.t0, problem.y0, params)
+        t0_bar = -jnp.vdot(lam, slope) - integrand_dot(problem.t0, problem.y0)
     if perturbed.t1:
         t1_bar = integrand_dot(problem.t1, y_final)
     if perturbed.ts:
-        slopes = jax.vmap(rhs)(problem.ts, ys)
-        ts_bar = jnp.sum(ys_bar * slopes, axis=-1)
+        ts_bar = direction * taus_bar
     y0_bar = lam if perturbed.y0 else None
     return Problem(y0=y0_bar, params=pbar, t0=t0_bar, t1=t1_bar, ts=ts_bar)
 
@@ -116,6 +140,7 @@ class DiscreteAdjoint(AbstractSensitivity):
 
     checkpoint: AbstractCheckpoint = StoreStates()
     reverse_mode_only: ClassVar[bool] = True
+    supports_dense: ClassVar[bool] = True
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
         return _solve(problem, system, self.checkpoint)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._forward import Recorder, write_slot
-from ._reverse import reverse_all_steps
+from ._reverse import SaveCotangents, reverse_all_steps
 from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised
@@ -46,8 +46,7 @@ class AbstractCheckpoint(Recorder):
         lam: Array,
         pbar: Any,
         mu: Array,
-        ys_bar: Array,
-        save_state_index: Array,
+        saves: SaveCotangents,
     ) -> tuple[Array, Any]:
         """Reverse through all accepted steps; return ``(dL/dy0, dL/dparams)``."""
 
@@ -60,10 +59,10 @@ class _EveryStep(AbstractCheckpoint):
         """``(y_n or None, live stages of step n or None)`` from the record."""
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
-                ys_bar, save_state_index):
+                saves):
         return reverse_all_steps(
             system, params, direction, grid, num_accepted, lambda n: self.read(store, n),
-            lam, pbar, mu, ys_bar, save_state_index,
+            lam, pbar, mu, saves,
         )
 
 

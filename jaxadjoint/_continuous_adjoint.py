@@ -224,7 +224,8 @@ def _backward(
         controller = _StopAtGrid(controller, -trajectory.grid[index])
     adj = _AdjointSystem(
         **derived_kwargs(system, tol=tol, controller=controller,
-                         dt0=system.dt0 if not system.controller.adaptive else None),
+                         dt0=system.dt0 if not system.controller.adaptive else None,
+                         interpolate_saves=False, land_on_ts=False),
         n_state=n, params_off=params_off, mu=mu, trajectory=trajectory,
     )
     ends = jnp.concatenate([problem.ts[::-1], problem.t0[None]])
@@ -266,7 +267,7 @@ def _solve_fwd(perturbed, problem, system, sens):
 @_solve.def_bwd
 def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     ys, y_final, result, trajectory = residuals
-    ys_bar, integral_bar, _ = grad_obj
+    ys_bar, integral_bar = grad_obj.ys, grad_obj.integral
     dtype = ys.dtype
     if ys_bar is None:
         ys_bar = jnp.zeros_like(ys)

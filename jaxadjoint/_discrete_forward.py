@@ -25,7 +25,7 @@ for the integral), and ``dq/dt1 = R(t1, y(t1))``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -33,66 +33,77 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._dense import DenseRows, interpolate, row_slopes, write_final_row
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
-from ._sensitivity_common import integrand_or_empty, materialise_tangent, save_slopes
+from ._sensitivity_common import integrand_or_empty, materialise_tangent
 from ._solvers import erk_step
 from ._system import Problem, System
 
 
 def replay(
-    system: System,
-    problem: Problem,
-    grid: Array,
-    num_accepted: Array,
-    save_state_index: Array,
-) -> tuple[Array, Array]:
-    """Re-run the solve on a fixed grid: ``(ys, integral)``, differentiable by plain JAX.
+    system: System, problem: Problem, grid: Array, num_accepted: Array, rows: DenseRows
+) -> tuple[Array, Array, DenseRows]:
+    """Re-run the solve on a fixed grid: ``(ys, integral, rows)``, differentiable by JAX.
 
     Performs the forward loop's arithmetic step for step (``k1 = f(t_n, y_n)``, the
     stage at ``t_next`` is evaluated at the grid value), so the values are those of the
-    solve.  Derivatives follow the continuous time formulas (module docstring): the
-    ``stop_gradient`` differences below are zero in value and carry only the tangent.
+    solve, and refills the dense-output ``rows`` of the solve (same steps, same slots)
+    from which the saves are evaluated.  Derivatives follow the continuous time formulas
+    for ``t0``/``t1`` (module docstring; the ``stop_gradient`` differences below are zero
+    in value and carry only the tangent), and the interpolant's time derivative for the
+    save times.
     """
     params, direction = problem.params, problem.direction
     grid = jax.lax.stop_gradient(grid)
+    rows = jax.lax.stop_gradient(rows)
     tableau = system.solver.tableau
-    t0, t1, ts = problem.t0, problem.t1, problem.ts
+    plan = system.stage_plan
+    t0, t1 = problem.t0, problem.t1
     dt0 = t0 - jax.lax.stop_gradient(t0)
     y0 = problem.y0 - dt0 * system.rhs(t0, problem.y0, params)
-    n_save = ts.shape[0]
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
 
-    ys = jnp.where((save_state_index == 0)[:, None], y0[None, :], jnp.zeros((n_save,) + y0.shape,
-                                                                            y0.dtype))
     q = jnp.zeros_like(integrand_or_empty(system, t0, problem.y0, params))
+    row_y = jnp.zeros(rows.y.shape, y0.dtype)
+    row_k = jnp.zeros(rows.k.shape, y0.dtype)
 
     def take(n, carry):
-        y, ys, q = carry
+        y, q, j, row_y, row_k = carry
         tau, tau_next = grid[n], grid[n + 1]
         h = tau_next - tau
         step = erk_step(tableau, f, tau, y, h, f(tau, y), tau_next)
         if system.has_integrand:
             q = q + quadrature_increment(system, tau, h, step, params, direction)
-        ys = jnp.where((save_state_index == n + 1)[:, None], step.y_new[None, :], ys)
-        return step.y_new, ys, q
+        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        slot = jnp.minimum(j, rows.size - 1)
+        hit = (j < rows.count) & (rows.step[slot] == n)
+        ks = row_slopes(plan, f, tau, h, y, step.ks, k_next, hit)
+        row_y = row_y.at[slot].set(jnp.where(hit, y, row_y[slot]))
+        row_k = row_k.at[slot].set(jnp.where(hit, ks, row_k[slot]))
+        return step.y_new, q, j + hit.astype(j.dtype), row_y, row_k
 
     def body(carry, n):
         carry = jax.lax.cond(n < num_accepted, lambda c: take(n, c), lambda c: c, carry)
         return carry, None
 
-    (y_final, ys, q), _ = jax.lax.scan(
-        body, (y0, ys, q), jnp.arange(system.max_steps, dtype=jnp.int32)
+    init = (y0, q, jnp.int32(0), row_y, row_k)
+    (y_final, q, _, row_y, row_k), _ = jax.lax.scan(
+        body, init, jnp.arange(system.max_steps, dtype=jnp.int32)
     )
-    dts = ts - jax.lax.stop_gradient(ts)
-    ys = ys + dts[:, None] * save_slopes(system, params, ts, ys)
+    tau_final = grid[num_accepted]
+    final = write_final_row(
+        plan, eqx.tree_at(lambda r: (r.y, r.k, r.count), rows, (row_y, row_k, rows.count - 1)),
+        num_accepted, tau_final, y_final, f(tau_final, y_final),
+    )
+    ys = interpolate(plan.weights, final, direction * problem.ts)
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         q = (q - dt0 * system.integrand(t0, problem.y0, params)
              + dt1 * system.integrand(t1, y_final, params))
-    return ys, q
+    return ys, q, final
 
 
 @eqx.filter_custom_jvp
@@ -111,16 +122,25 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
 
     problem_dot = materialise_tangent(problem, problem_dot)
 
-    def run(p: Problem) -> tuple[Array, Array]:
-        return replay(system, p, fwd.grid, fwd.num_accepted, fwd.save_state_index)
+    def run(p: Problem) -> tuple[Array, Array, DenseRows]:
+        return replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows)
 
-    (ys_r, q_r), (ys_dot, q_dot) = jax.jvp(run, (problem,), (problem_dot,))
+    (ys_r, q_r, rows_r), (ys_dot, q_dot, rows_dot) = jax.jvp(run, (problem,), (problem_dot,))
     # Value of the solve, derivative of the replay (their values agree to round-off);
     # under an outer `jax.jvp` (e.g. `jax.hessian`) the replay carries the outer tangent.
     ys = out.ys + (ys_r - jax.lax.stop_gradient(ys_r))
     q = out.integral + (q_r - jax.lax.stop_gradient(q_r))
-    primal = SolveOutput(ys, q, out.record)
-    tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record))
+    dense = dense_dot = None
+    if system.dense:
+        dense = eqx.tree_at(
+            lambda r: (r.y, r.k), out.dense,
+            (out.dense.y + (rows_r.y - jax.lax.stop_gradient(rows_r.y)),
+             out.dense.k + (rows_r.k - jax.lax.stop_gradient(rows_r.k))),
+        )
+        dense_dot = DenseRows(step=None, tau=None, h=None, y=rows_dot.y, k=rows_dot.k,
+                              count=None)
+    primal = SolveOutput(ys, q, out.record, dense)
+    tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record), dense_dot)
     return primal, tangent
 
 
@@ -135,6 +155,8 @@ class DiscreteForward(AbstractSensitivity):
     `jax.grad`, `jax.jacrev` and `jax.hessian` also work, by transposing the replay
     (memory ``O(max_steps)`` stage values); `DiscreteAdjoint` is the faster reverse mode.
     """
+
+    supports_dense: ClassVar[bool] = True
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
         return _solve(problem, system)

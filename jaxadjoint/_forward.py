@@ -1,10 +1,12 @@
 """The forward loop: an adaptive explicit Runge–Kutta solve that records its grid.
 
-One `jax.lax.while_loop` takes steps until ``t1``.  Each iteration proposes a step,
-shortens it to land exactly on the next save time (or ``t1``), takes it, and lets the
-controller accept or reject it.  Accepted step end-times go into ``grid`` (the record
-the reverse pass replays); a `Recorder` keeps whatever else a sensitivity method needs
-(states, stages or checkpoints).  Buffers have length ``max_steps`` but are never
+One `jax.lax.while_loop` takes steps until ``t1``.  Each iteration proposes a step
+(shortened to end on ``t1``, or with ``SaveAt(land_on_ts=True)`` on the next save time),
+takes it, and lets the controller accept or reject it.  Accepted step end-times go into
+``grid`` (the record the reverse pass replays); an accepted step that holds save times
+writes a row of dense output (`_dense`), on which the saves are evaluated after the
+loop; a `Recorder` keeps whatever else a sensitivity method needs (states, stages or
+checkpoints).  Buffers have length ``max_steps`` but are never
 filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
 steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  The grid's slots
 after the last accepted step stay unwritten: `padded_grid` fills them with ``inf`` only
@@ -22,10 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._dense import DenseRows, allocate_rows, interpolate, row_slopes, write_final_row, write_row
 from ._results import RESULTS
 from ._solvers import StepOutput, erk_step, stage_time
 from ._system import Problem, System
 from ._uninitialised import uninitialised
+from ._validation import save_times_valid
 
 
 class Recorder(eqx.Module):
@@ -64,7 +68,7 @@ class ForwardOutput(NamedTuple):
     integral: Array  # (Q,) the RK quadrature of the integrand (empty without one)
     grid: Array  # (max_steps + 1,) accepted step end-times in tau; slots > T unspecified
     num_accepted: Array  # T, the number of accepted steps
-    save_state_index: Array  # (n_save,) index n of the state y_n saved at ts[i]
+    rows: DenseRows  # the continuous extension of the steps holding saves (every step: dense)
     y_final: Array  # y_T = y(t1)
     stats: dict[str, Array]
     result: RESULTS
@@ -108,27 +112,6 @@ def batch_witness(dtype: Any, *trees: Any) -> Array:
     firsts = [jnp.ravel(leaf)[:1].astype(dtype) for leaf in jax.tree.leaves(trees)
               if isinstance(leaf, jax.Array | np.ndarray) and leaf.size]
     return jnp.zeros((), dtype) * sum(jnp.sum(x) for x in firsts)
-
-
-def _store_save(ys, save_state_index, save_index, taus, tau, y, n, active):
-    """Write ``y`` into the next save slot if ``tau`` is its time; skip equal times.
-
-    Save times are sorted and steps land on them exactly, so at most one distinct save
-    time is reached per step; repeated times are filled in by `_fill_repeated_saves`.
-    """
-    n_save = taus.shape[0]
-    slot = jnp.minimum(save_index, n_save - 1)
-    hit = active & (save_index < n_save) & (taus[slot] <= tau)
-    ys = ys.at[slot].set(jnp.where(hit, y, ys[slot]))
-    save_state_index = save_state_index.at[slot].set(jnp.where(hit, n, save_state_index[slot]))
-    next_index = jnp.searchsorted(taus, tau, side="right").astype(save_index.dtype)
-    return ys, save_state_index, jnp.where(hit, next_index, save_index)
-
-
-def _fill_repeated_saves(ys, save_state_index, taus):
-    """Copy each save into the later slots that repeat its time."""
-    first = jnp.searchsorted(taus, taus, side="left")
-    return ys[first], save_state_index[first]
 
 
 def forward_loop(system: System, problem: Problem, recorder: Recorder) -> ForwardOutput:
@@ -190,6 +173,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     """
     solver, controller, tol = system.solver, system.controller, system.tol
     tableau = solver.tableau
+    plan = system.stage_plan
     params, y0 = problem.params, problem.y0
     dtype = y0.dtype
     direction = problem.direction
@@ -197,8 +181,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     taus = direction * problem.ts
     n_save = taus.shape[0]
     eps = jnp.finfo(dtype).eps
-    live = tableau.live_stages
+    live = tuple(m for m in plan.live if m < plan.num_main)
     evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
+    num_rows = system.max_steps + 1 if system.dense else min(n_save, system.max_steps) + 1
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
@@ -207,11 +192,6 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         k0 = f(tau0, y0)
         h0, cstate, init_evals = controller.init(
             f, tau0, tau1, y0, k0, system.dt0, solver, tol, direction
-        )
-        ys = jnp.zeros((n_save,) + y0.shape, dtype)
-        save_state_index = jnp.zeros((n_save,), jnp.int32)
-        ys, save_state_index, save_index = _store_save(
-            ys, save_state_index, jnp.int32(0), taus, tau0, y0, jnp.int32(0), jnp.array(True)
         )
         if system.has_integrand:
             num_q = system.field_integrand(tau0, y0, params, direction).shape[0]
@@ -227,16 +207,16 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             k0=k0,
             h=h0,
             cstate=cstate,
-            save_index=save_index,
-            ys=ys,
-            save_state_index=save_state_index,
+            rows=allocate_rows(num_rows, y0, len(plan.interpolation_stages), witness),
             integral=jnp.zeros((num_q,), dtype),
             grid=grid,
             store=recorder.init(system.max_steps, y0, len(live), witness),
             num_steps=jnp.int32(0),
             num_accepted=jnp.int32(0),
             init_evals=jnp.int32(init_evals),
-            result=RESULTS.successful,
+            # Traced save times that are invalid stop the solve before it starts.
+            result=RESULTS.where(save_times_valid(taus, tau0, tau1), RESULTS.successful,
+                                 RESULTS.invalid_save_times),
         )
 
     def running(c: dict) -> Array:
@@ -247,9 +227,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     def advance(c: dict) -> dict:
         active = running(c)
         tau, y, h, n = c["tau"], c["y"], c["h"], c["num_accepted"]
-        next_save = taus[jnp.minimum(c["save_index"], n_save - 1)]
-        target = jnp.where(c["save_index"] < n_save, next_save, tau1)
         tau_prop = controller.propose(tau, h, c["cstate"])
+        target = tau1
+        if system.land_on_ts:
+            # The first save time after tau: steps end exactly on every save time.
+            after = jnp.searchsorted(taus, tau, side="right")
+            target = jnp.where(after < n_save, taus[jnp.minimum(after, n_save - 1)], tau1)
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
         h_used = tau_next - tau
@@ -262,8 +245,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         )
         accept = accept & finite & active
         h_next = jnp.where(finite, h_next, 0.2 * h_used)
-        # A step shortened to land on a save time says little about the next one.
-        h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
+        if system.land_on_ts:
+            # A step shortened to land on a save time says little about the next one.
+            h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
         result = c["result"]
         if controller.adaptive:
             too_small = ~accept & (h_next <= 16 * eps * jnp.maximum(jnp.abs(tau), jnp.abs(tau1)))
@@ -284,10 +268,18 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         # the next attempt; a solve that is done writes nothing.
         grid = write_slot(c["grid"], n + 1, tau_next, active)
         store = recorder.record(c["store"], n, y, step, live, active)
-        n_new = n + accept.astype(jnp.int32)
-        ys, idx, save_index = _store_save(
-            c["ys"], c["save_state_index"], c["save_index"], taus, new_tau, new_y, n_new, active
+        # A row of dense output for an accepted step that holds save times (every step
+        # with `dense`): the saves are evaluated on it after the loop.
+        if system.dense:
+            has_row = accept
+        else:
+            first = jnp.minimum(jnp.searchsorted(taus, tau, side="left"), n_save - 1)
+            has_row = accept & (taus[first] >= tau) & (taus[first] < tau_next)
+        rows = write_row(
+            c["rows"], has_row, n, tau, h_used, y,
+            row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row),
         )
+        n_new = n + accept.astype(jnp.int32)
         small = dict(h=h_next, cstate=cstate, result=result,
                      num_steps=c["num_steps"] + 1)
         small = jax.tree.map(
@@ -299,9 +291,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             tau=new_tau,
             y=new_y,
             k0=new_k0,
-            save_index=save_index,
-            ys=ys,
-            save_state_index=idx,
+            rows=rows,
             integral=integral,
             grid=grid,
             store=store,
@@ -322,13 +312,14 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_rejected_steps=num_steps - num_accepted,
             num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
         )
-        ys, save_state_index = _fill_repeated_saves(final["ys"], final["save_state_index"], taus)
+        rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
+                               final["k0"])
         return ForwardOutput(
-            ys=ys,
+            ys=interpolate(plan.weights, rows, taus),
             integral=final["integral"],
             grid=final["grid"],
             num_accepted=num_accepted,
-            save_state_index=save_state_index,
+            rows=rows,
             y_final=final["y"],
             stats=stats,
             result=result,

@@ -40,6 +40,7 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._controllers import AbstractController, Tolerances, rms_norm, scaled_error
+from ._dense import interpolant_slopes
 from ._forward import Recorder, forward_loop
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import (
@@ -49,7 +50,6 @@ from ._sensitivity_common import (
     integrand_or_empty,
     mask_params,
     ravel,
-    save_slopes,
     tangent_or_zeros,
 )
 from ._system import Problem, System
@@ -242,7 +242,11 @@ def solve_with_sensitivities(
     q = out.integral[:num_q]
     s_q = out.integral[num_q:].reshape(num_q, cols.total)
     y_final = fwd.y_final[:n]
-    return SolveOutput(ys, q, out.record), s_saves, s_q, y_final, cols, params_on
+    # The saves' time derivative is that of the interpolant they are evaluated on.
+    direction = aug_problem.direction
+    weights = aug.stage_plan.weights
+    slopes = direction * interpolant_slopes(weights, fwd.rows, direction * aug_problem.ts)[:, :n]
+    return SolveOutput(ys, q, out.record), s_saves, s_q, y_final, cols, params_on, slopes
 
 
 @eqx.filter_custom_jvp
@@ -256,7 +260,7 @@ def _solve_jvp(primals, tangents):
     problem, system, sens = primals
     problem_dot = tangents[0]
     fixed = jax.lax.stop_gradient(problem)
-    out, s_saves, s_q, y_final, cols, params_on = solve_with_sensitivities(
+    out, s_saves, s_q, y_final, cols, params_on, slopes = solve_with_sensitivities(
         sens, system, fixed, problem_dot
     )
     v = _tangent_vector(cols, fixed, problem_dot, params_on)
@@ -264,7 +268,7 @@ def _solve_jvp(primals, tangents):
     q_dot = s_q @ v
     params = fixed.params
     if problem_dot.ts is not None:
-        ys_dot = ys_dot + problem_dot.ts[:, None] * save_slopes(system, params, fixed.ts, out.ys)
+        ys_dot = ys_dot + problem_dot.ts[:, None] * slopes
     if system.has_integrand:
         if problem_dot.t0 is not None:
             q_dot = q_dot - problem_dot.t0 * system.integrand(fixed.t0, fixed.y0, params)

@@ -15,6 +15,8 @@ from jax.flatten_util import ravel_pytree
 from . import _validation as check
 from ._adjoint import DiscreteAdjoint
 from ._controllers import AbstractController, ConstantStep, IController, StepTo, Tolerances
+from ._dense import DenseInterpolation
+from ._saveat import SaveAt, as_saveat
 from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
 from ._solvers import AbstractERK, Dopri5
@@ -86,7 +88,7 @@ def solve(
     atol: float | Array = 1e-6,
     dt0: float | Array | None = None,
     controller: AbstractController | None = None,
-    saveat: Array | None = None,
+    saveat: SaveAt | Array | None = None,
     sensitivity: AbstractSensitivity = DiscreteAdjoint(),
     integrand: Callable[[Array, Any, Any], Any] | None = None,
     max_steps: int = 4096,
@@ -111,8 +113,11 @@ def solve(
             constant step for fixed-step solvers without a ``controller``.
         controller: `IController` (default for adaptive solvers), `PIController`,
             `OdeintController`, `ConstantStep` or `StepTo`.
-        saveat: 1-D array of times at which to return the state (steps land on them
-            exactly); ``None`` returns only ``y(t1)``.
+        saveat: 1-D array of times at which to return the state, evaluated on the
+            solver's continuous extension (the steps do not depend on them), or a
+            `SaveAt` (``land_on_ts=True``: steps end exactly on the save times;
+            ``dense=True``: ``sol.evaluate(t)`` at any time); ``None`` returns only
+            ``y(t1)``.
         sensitivity: how derivatives are computed (`DiscreteAdjoint` by default).
         integrand: ``R(t, y, args)``; ``sol.integral`` is ``int_{t0}^{t1} R dt`` by the
             solver's own quadrature, differentiable like the states.
@@ -124,6 +129,7 @@ def solve(
     Returns:
         A `Solution`.
     """
+    saveat = as_saveat(saveat)
     if isinstance(sensitivity, AbstractSensitivity) and sensitivity.reverse_mode_only:
         # Before `jit`: inside it, an outer `jax.jvp` is invisible (it transforms the jaxpr).
         check.check_reverse_mode_only(
@@ -147,7 +153,7 @@ def _solve(
     atol: float | Array,
     dt0: float | Array | None,
     controller: AbstractController | None,
-    saveat: Array | None,
+    saveat: SaveAt,
     sensitivity: AbstractSensitivity,
     integrand: Callable[[Array, Any, Any], Any] | None,
     max_steps: int,
@@ -193,11 +199,17 @@ def _solve(
         dt0 = check.check_step("dt0", dt0)
     controller = _default_controller(solver, controller, dt0)
     controller = _check_controller(controller, t0, t1, dtype)
-    if saveat is None:
+    if saveat.ts is None:
         ts = jnp.reshape(t1, (1,))
     else:
-        ts = check.as_real_array("saveat", saveat, dtype)
+        ts = check.as_real_array("saveat", saveat.ts, dtype)
         ts = check.check_save_times(ts, t0, t1)
+    if saveat.dense and not sensitivity.supports_dense:
+        raise ValueError(
+            f"`SaveAt(dense=True)` is not supported with `sensitivity="
+            f"{type(sensitivity).__name__}()`: use `DiscreteAdjoint` or `DiscreteForward`, "
+            "or pass the times you need as `saveat` times"
+        )
 
     # Checked values that were concrete are NumPy arrays (see `as_real_array`): from here on
     # they are ordinary arrays of the computation.
@@ -226,13 +238,22 @@ def _solve(
         dt0=dt0,
         max_steps=max_steps,
         throw=throw,
+        dense=saveat.dense,
+        land_on_ts=saveat.land_on_ts,
+        interpolate_saves=saveat.ts is not None and not saveat.land_on_ts,
     )
     problem = Problem(y0=y0_flat, params=params, t0=t0, t1=t1, ts=ts)
     out = sensitivity(system, problem)
 
     ys = jax.vmap(unravel_y)(out.ys)
     integral = unravel_integral(out.integral) if unravel_integral is not None else None
+    interpolation = None
+    if out.dense is not None:
+        interpolation = DenseInterpolation(
+            rows=out.dense, direction=problem.direction,
+            weights=system.stage_plan.weights, unravel_y=unravel_y,
+        )
     return Solution(
         ts=ts, ys=ys, steps=jax.lax.stop_gradient(out.record.steps), integral=integral,
-        stats=out.record.stats, result=out.record.result,
+        stats=out.record.stats, result=out.record.result, interpolation=interpolation,
     )

@@ -47,7 +47,7 @@ from jax import Array
 
 from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
-from ._reverse import initial_block, inject_saves, reverse_sweep
+from ._reverse import add_save_state, initial_block, last_row, reverse_sweep
 from ._solvers import StepOutput, erk_step
 
 
@@ -164,19 +164,17 @@ class Recursive(AbstractCheckpoint):
         return stack, d
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
-                ys_bar, save_state_index):
+                saves):
         stack, d = store
         size = stack.shape[0]
         count = jnp.where(num_accepted > 0, (num_accepted - 1) // d + 1, 1)
         slots = jnp.arange(size, dtype=jnp.int32)
         positions = jnp.where(slots < count, slots * d, 0)
-        j = jnp.int32(save_state_index.shape[0] - 1)
+        j = last_row(saves)
         # Without steps y_0 is the final state: add its saves now.  (With steps the sweeps
         # add them inside their loops, as `StoreStates` does: added out here, after the
         # loop, it would be compiled together with whatever consumes dL/dy0.)
-        lam, j = inject_saves(
-            lam, ys_bar, save_state_index, j, jnp.where(num_accepted == 0, 0, -1)
-        )
+        lam, j = add_save_state(lam, saves, j, jnp.where(num_accepted == 0, 0, -1))
 
         def cond(carry):
             return carry[0] > 0
@@ -203,7 +201,7 @@ class Recursive(AbstractCheckpoint):
             # A leaf reverses [top, end); a split reverses nothing (n_lo = n_hi).
             lam, pbar, j, rows = reverse_sweep(
                 system, params, direction, grid, end, jnp.where(leaf, top, end), read, lam,
-                pbar, mu, ys_bar, save_state_index, j, num_accepted, rows,
+                pbar, mu, saves, j, num_accepted, rows,
             )
             end = jnp.where(leaf, top, end)
             depth = jnp.where(leaf, depth - 1, depth + 1)

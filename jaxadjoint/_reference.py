@@ -1,7 +1,8 @@
 """An independent reference: plain Runge–Kutta on a given grid, differentiable by JAX.
 
 `replay_on_grid` re-integrates with the textbook formulas of a tableau on a recorded
-step grid (e.g. ``sol.steps``) using `jax.lax.scan`, with none of `solve`'s machinery.
+step grid (e.g. ``sol.steps``) using `jax.lax.scan`, with none of `solve`'s machinery,
+and evaluates save times on the method's continuous extension (`_interpolants`).
 `jax.grad` of it is what the discrete adjoint must reproduce to round-off, so users
 (and our tests) can check any gradient themselves.
 """
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _interpolants
 from ._solvers import AbstractERK
 from ._tableaus import ButcherTableau
 
@@ -36,18 +38,27 @@ def replay_on_grid(
         y0, args: as for `solve`.
         grid: the times ``t_0, ..., t_T`` (``inf`` entries, as in ``sol.steps``, are
             dropped); must be concrete.
-        saveat: times (each a grid point) at which to return the state; ``None`` returns
-            the final state with a leading axis of length 1, like ``sol.ys``.
+        saveat: times at which to return the state, each evaluated with the method's
+            continuous extension on the grid step that contains it (``theta = 1`` of the
+            last step for ``t_T``), as `solve` does; ``None`` returns the final state with
+            a leading axis of length 1, like ``sol.ys``.  May be traced (differentiated).
         integrand: ``R(t, y, args)``; the integral uses the same quadrature as `solve`.
 
     Returns:
         ``(ys, integral)``; ``integral`` is ``None`` without an integrand.
     """
     tableau = method if isinstance(method, ButcherTableau) else method.tableau
+    interp = _interpolants.interpolant_for(tableau)
     grid = np.asarray(grid)
     grid = grid[np.isfinite(grid)]
-    a, b, c = tableau.a, tableau.b, tableau.c
     s = tableau.num_stages
+    e = interp.c_extra.shape[0]
+    # The step's stages, then the interpolant's extra stages, in one lower-triangular table.
+    a = np.zeros((s + e, s + e))
+    a[:s, :s] = tableau.a
+    a[s:] = interp.a_extra
+    c = np.concatenate([tableau.c, interp.c_extra])
+    b = tableau.b
 
     def add(y, h, coeffs, ks):
         for coeff, k in zip(coeffs, ks):
@@ -59,15 +70,15 @@ def replay_on_grid(
         y, q = carry
         t, h = time_and_step
         ks, rs = [], []
-        for m in range(s):
+        for m in range(s + e):
             stage = add(y, h, a[m, :m], ks)
             ks.append(rhs(t + float(c[m]) * h, stage, args))
-            if integrand is not None:
+            if integrand is not None and m < s:
                 rs.append(integrand(t + float(c[m]) * h, stage, args))
         y_new = add(y, h, b, ks)
         if integrand is not None:
             q = add(q, h, b, rs)
-        return (y_new, q), y_new
+        return (y_new, q), (y, ks)
 
     dtype = jnp.result_type(*jax.tree.leaves(y0))
     starts = jnp.asarray(grid[:-1], dtype)
@@ -75,9 +86,25 @@ def replay_on_grid(
     q0 = None
     if integrand is not None:
         q0 = jax.tree.map(jnp.zeros_like, integrand(starts[0], y0, args))
-    (y_final, q), states = jax.lax.scan(step, (y0, q0), (starts, steps))
+    (y_final, q), (states, slopes) = jax.lax.scan(step, (y0, q0), (starts, steps))
     if saveat is None:
         return jax.tree.map(lambda x: x[None], y_final), q
-    all_states = jax.tree.map(lambda u, v: jnp.concatenate([u[None], v]), y0, states)
-    index = np.array([int(np.flatnonzero(grid == t)[-1]) for t in np.asarray(saveat)])
-    return jax.tree.map(lambda x: x[index], all_states), q
+    # Each save on the step t_n <= t < t_{n+1} (the last step for t = t_T), in real time.
+    times = jnp.asarray(saveat, dtype)
+    forward = grid[-1] >= grid[0]
+    sorted_grid = grid if forward else -grid
+    taus = times if forward else -times
+    index = jnp.clip(jnp.searchsorted(jnp.asarray(sorted_grid[:-1]), taus, side="right") - 1,
+                     0, len(grid) - 2)
+    theta = (times - starts[index]) / steps[index]
+    weights = _interpolants.weights_at(interp, theta)  # (n_save, s + e)
+
+    def at_save(leaf_states, *leaf_slopes):
+        value = leaf_states[index]
+        h = steps[index].reshape((-1,) + (1,) * (value.ndim - 1))
+        for m, k in enumerate(leaf_slopes):
+            w = weights[:, m].reshape(h.shape)
+            value = value + h * w * k[index]
+        return value
+
+    return jax.tree.map(at_save, states, *slopes), q

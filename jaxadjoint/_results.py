@@ -26,6 +26,10 @@ class RESULTS(eqx.Enumeration):
         "stiff or singular near the current time; loosen `rtol`/`atol` or use a "
         "shorter interval."
     )
+    invalid_save_times = (
+        "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
+        "(non-decreasing for t1 > t0); the solve did not start."
+    )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "
         "be meaningless. Fix the solve (e.g. increase `max_steps`) before taking gradients."

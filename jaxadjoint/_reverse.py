@@ -119,7 +119,7 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
 def _stage_adjoints(
     system: System,
     tau: Array,
-    h: Array,
+    t_next: Array,
     y: Array | None,
     stages: Array | None,
     lam: Array,
@@ -127,29 +127,41 @@ def _stage_adjoints(
     params: Any,
     direction: Array,
     pbar: Any,
+    kbar_saves: Array | None,
 ) -> tuple[Array, dict, dict, dict, Any]:
     """The adjoint recurrence of one step (module docstring), shared by both reverse paths.
 
     Recomputes (or takes) the live stages, linearises the right-hand side at each, and runs
-    ``kbar_m``/``Ybar_m`` from the last stage to the first.  Given a running ``pbar`` the
-    VJPs are taken jointly in the stage and the parameters and each stage's parameter
-    part is added to ``pbar`` on its own, so that every addition has one product operand
-    and LLVM fuses it into the same multiply-add whatever else the loop computes (a sum
-    of two products, ``u v + x y``, may become ``fma(u, v, x y)`` or ``fma(x, y, u v)``).
-    With ``pbar=None`` only the state is differentiated and the parameter adjoint is left
-    to `params_cotangent`.  Returns ``(lam_n, stage values, stage times, kbars, pbar)``.
+    ``kbar_m``/``Ybar_m`` from the last stage to the first.  ``kbar_saves`` (``(L, N)``,
+    or ``None``) is the cotangent of the interpolation stages' slopes from saves that lie
+    inside this step (`_dense.row_cotangents`): it adds to their ``kbar``.  Given a running
+    ``pbar`` the VJPs are taken jointly in the stage and the parameters and each stage's
+    parameter part is added to ``pbar`` on its own, so that every addition has one product
+    operand and LLVM fuses it into the same multiply-add whatever else the loop computes
+    (a sum of two products, ``u v + x y``, may become ``fma(u, v, x y)`` or
+    ``fma(x, y, u v)``).  With ``pbar=None`` only the state is differentiated and the
+    parameter adjoint is left to `params_cotangent`.  Returns ``(lam_n, stage values,
+    stage times, kbars, pbar)``.
     """
-    tableau = system.solver.tableau
-    a, b, c = tableau.a, tableau.b, tableau.c
-    live = tableau.live_stages
+    plan = system.stage_plan
+    a, b, c = plan.a, plan.b, plan.c
+    live = plan.live
+    h = t_next - tau
+    stored = [m for m in live if m < plan.num_main]
+    if y is None:
+        y = stages[stored.index(0)]  # the first stage is y_n itself
     quad = _quadrature_stages(system)
     with_params = pbar is not None
     primals = (params,) if with_params else ()
-    ks: list[Array | None] = [None] * tableau.num_stages
+    ks: list[Array | None] = [None] * a.shape[0]
     stage_values, stage_times, field_vjps, integrand_vjps = {}, {}, {}, {}
-    for i, m in enumerate(live):
-        t_m = stage_time(tau, h, c[m])
-        stage = stages[i] if stages is not None else linear_combination(y, h, a[m, :m], ks)
+    for m in live:
+        # A stage equal to f(t_{n+1}, y_{n+1}) is evaluated at the grid value, as forward.
+        t_m = t_next if m in plan.end_stages else stage_time(tau, h, c[m])
+        if stages is not None and m in stored:
+            stage = stages[stored.index(m)]
+        else:
+            stage = linear_combination(y, h, a[m, :m], ks)
         stage_values[m], stage_times[m] = stage, t_m
 
         def field(Y, *p, t_m=t_m):
@@ -171,6 +183,8 @@ def _stage_adjoints(
             jnp.zeros_like(lam), h, [b[m]] + [a[q, m] for q in later],
             [lam] + [stage_bars[q] for q in later],
         )
+        if kbar_saves is not None and m in plan.interpolation_stages:
+            kbars[m] = kbars[m] + kbar_saves[..., plan.interpolation_stages.index(m), :]
         stage_bar, *p_bar = _apply_vjp(field_vjps[m], kbars[m], h)
         if with_params:
             pbar = tree_add(pbar, p_bar[0])
@@ -189,13 +203,14 @@ def _stage_adjoints(
 def reverse_step_state(
     system: System,
     tau: Array,
-    h: Array,
+    t_next: Array,
     y: Array | None,
     stages: Array | None,
     lam: Array,
     mu: Array,
     params: Any,
     direction: Array,
+    kbar_saves: Array | None,
 ) -> tuple[Array, StageCotangents]:
     """State adjoint of one step: returns ``lam_n`` and the stage cotangents.
 
@@ -203,10 +218,11 @@ def reverse_step_state(
     otherwise they are recomputed from ``y = y_n`` with exactly the forward arithmetic.
     """
     lam_n, stage_values, stage_times, kbars, _ = _stage_adjoints(
-        system, tau, h, y, stages, lam, mu, params, direction, None
+        system, tau, t_next, y, stages, lam, mu, params, direction, None, kbar_saves
     )
     tableau = system.solver.tableau
-    live = tableau.live_stages
+    live = system.stage_plan.live
+    h = t_next - tau
     quad = _quadrature_stages(system)
     dtype = lam.dtype
     if quad:
@@ -258,7 +274,7 @@ def params_cotangent(
 def reverse_step(
     system: System,
     tau: Array,
-    h: Array,
+    t_next: Array,
     y: Array | None,
     stages: Array | None,
     lam: Array,
@@ -266,6 +282,7 @@ def reverse_step(
     params: Any,
     direction: Array,
     pbar: Any,
+    kbar_saves: Array | None,
 ) -> tuple[Array, Any]:
     """Adjoint of one step: returns ``(lam_n, pbar + the parameter adjoint of the step)``.
 
@@ -275,48 +292,51 @@ def reverse_step(
     (`joint_stage_vjps`).
     """
     lam_n, _, _, _, pbar = _stage_adjoints(
-        system, tau, h, y, stages, lam, mu, params, direction, pbar
+        system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves
     )
     return lam_n, pbar
 
 
-def group_saves(ys_bar: Array, save_state_index: Array) -> tuple[Array, Array]:
-    """Sum the cotangents of saves of the same state; one row per distinct state.
+class SaveCotangents(NamedTuple):
+    """Cotangents of the dense-output rows (`_dense.DenseRows`), read by the reverse sweep.
 
-    Save times may repeat or coincide with ``t0``, so several saves can hold the same
-    state ``y_n``.  After grouping, each state appears once, groups are right-aligned
-    (the last row is the latest state) and padding rows at the front get index ``-2``,
-    which no step matches.  `inject_saves` then needs one select per step, no loop.
+    Row ``r`` belongs to step ``step[r]`` (rows sorted by step; the final state's row has
+    step ``T``): ``ybar[r]`` adds to ``dL/dy_n`` and ``kbar[r]`` to the cotangents of the
+    step's interpolation-stage slopes.  ``kbar`` is ``None`` when every save is a node
+    (``theta = 0``, so it would be zero).
     """
-    n_save = save_state_index.shape[0]
-    rows = jnp.arange(n_save, dtype=jnp.int32)
-    is_start = jnp.concatenate(
-        [jnp.ones((1,), bool), save_state_index[1:] != save_state_index[:-1]]
-    )
-    group = jnp.cumsum(is_start.astype(jnp.int32)) - 1
-    num_groups = group[-1] + 1
-    sums = jax.ops.segment_sum(jnp.moveaxis(ys_bar, -2, 0), group, num_segments=n_save)
-    sums = jnp.moveaxis(sums, 0, -2)
-    group_index = jax.ops.segment_max(save_state_index, group, num_segments=n_save)
-    source = rows - (n_save - num_groups)
-    valid = source >= 0
-    source = jnp.maximum(source, 0)
-    grouped_index = jnp.where(valid, group_index[source], -2)
-    grouped_bar = jnp.where(valid[:, None], jnp.take(sums, source, axis=-2), 0)
-    return grouped_bar, grouped_index
+
+    step: Array  # (R,) int32
+    count: Array  # rows written: rows count..R-1 are padding
+    ybar: Array  # (..., R, N)
+    kbar: Array | None  # (..., R, L, N)
 
 
-def inject_saves(
-    lam: Array, ys_bar: Array, save_state_index: Array, j: Array, n: Array
-) -> tuple[Array, Array]:
-    """Add the cotangent of the save of state ``y_n``, if row ``j`` holds it.
-
-    ``ys_bar``/``save_state_index`` come from `group_saves` (one row per state, sorted),
-    and ``j`` points at the latest row not yet added; returns ``(lam, j)`` updated.
-    """
+def _row_at(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:
+    """``(hit, row)``: whether row ``j`` (the latest not yet added) belongs to step ``n``."""
     row = jnp.maximum(j, 0)
-    hit = (j >= 0) & (save_state_index[row] == n)
-    return lam + jnp.where(hit, ys_bar[..., row, :], 0), j - hit.astype(j.dtype)
+    return (j >= 0) & (saves.step[row] == n), row
+
+
+def add_save_state(
+    lam: Array, saves: SaveCotangents, j: Array, n: Array
+) -> tuple[Array, Array]:
+    """Add the cotangent of ``y_n`` from row ``j`` if it belongs to step ``n``; ``(lam, j)``."""
+    hit, row = _row_at(saves, j, n)
+    return lam + jnp.where(hit, saves.ybar[..., row, :], 0), j - hit.astype(j.dtype)
+
+
+def save_slopes_cotangent(saves: SaveCotangents, j: Array, n: Array) -> Array | None:
+    """The slope cotangents ``(L, N)`` of step ``n`` from row ``j`` (zero without a row)."""
+    if saves.kbar is None:
+        return None
+    hit, row = _row_at(saves, j, n)
+    return jnp.where(hit, saves.kbar[..., row, :, :], 0)
+
+
+def last_row(saves: SaveCotangents) -> Array:
+    """The index of the last written row, where a sweep over all steps starts."""
+    return (saves.count - 1).astype(jnp.int32)
 
 
 def block_size(params: Any, state_size: int) -> int:
@@ -368,7 +388,7 @@ def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCot
     if joint_stage_vjps(params, lam.shape[-1]):
         return None
     block = block_size(params, lam.shape[-1])
-    rows = block * len(system.solver.tableau.live_stages)
+    rows = block * len(system.stage_plan.live)
     quad_rows = block * len(_quadrature_stages(system))
     dtype = lam.dtype
     return StageCotangents(
@@ -407,15 +427,16 @@ def reverse_sweep(
     lam: Array,
     pbar: Any,
     mu: Array,
-    ys_bar: Array,
-    save_state_index: Array,
+    saves: SaveCotangents,
     j: Array,
     num_steps: Array,
     rows: StageCotangents | None,
 ) -> tuple[Array, Any, Array, StageCotangents | None]:
     """Reverse through steps ``n_hi - 1, ..., n_lo``; returns ``(lam_{n_lo}, pbar, j, rows)``.
 
-    ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added.
+    ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added;
+    ``saves`` holds the cotangents of the dense-output rows and ``j`` the latest row not
+    yet added (a row's slope cotangents enter the reverse step of its step).
     ``read(n)`` returns ``(y_n or None, live stages of step n or None)``, called with
     ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  A step's data
     is read one iteration ahead and carried, because slicing a stored buffer inside the
@@ -433,7 +454,7 @@ def reverse_sweep(
     every block's VJP sees the same rows, summed in the same order, as in one sweep over
     all steps.  Start from `initial_block`.
     """
-    lam, j = inject_saves(lam, ys_bar, save_state_index, j, n_hi)
+    lam, j = add_save_state(lam, saves, j, n_hi)
     block = 1 if rows is None else block_size(params, lam.shape[-1])
 
     def read_step(n):
@@ -456,13 +477,14 @@ def reverse_sweep(
 
     def body(carry):
         n, ((y, stages), tau, t_next), lam, pbar, j, rows = carry
+        kbar_saves = save_slopes_cotangent(saves, j, n)
         if rows is None:
             lam, pbar = reverse_step(
-                system, tau, t_next - tau, y, stages, lam, mu, params, direction, pbar
+                system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves
             )
         else:
             lam, cot = reverse_step_state(
-                system, tau, t_next - tau, y, stages, lam, mu, params, direction
+                system, tau, t_next, y, stages, lam, mu, params, direction, kbar_saves
             )
             slot = (num_steps - 1 - n) % block
             rows = _write_rows(rows, cot, slot)
@@ -470,7 +492,7 @@ def reverse_sweep(
                 (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
                 pbar, rows, slot,
             )
-        lam, j = inject_saves(lam, ys_bar, save_state_index, j, n)
+        lam, j = add_save_state(lam, saves, j, n)
         return n - 1, read_step(n - 1), lam, pbar, j, rows
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows)
@@ -488,19 +510,18 @@ def reverse_all_steps(
     lam: Array,
     pbar: Any,
     mu: Array,
-    ys_bar: Array,
-    save_state_index: Array,
+    saves: SaveCotangents,
 ) -> tuple[Array, Any]:
     """One sweep through steps ``num_steps - 1, ..., 0``: returns ``(dL/dy0, dL/dparams)``.
 
     The reverse pass of a strategy that can read every step (`StoreStates`,
     `StoreStages`); ``read`` as in `reverse_sweep`.
     """
-    j = jnp.int32(save_state_index.shape[0] - 1)
+    j = last_row(saves)
     y, stages = read(jnp.int32(0))
     y = stages[0] if y is None else y
     lam, pbar, _, _ = reverse_sweep(
         system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
-        ys_bar, save_state_index, j, num_steps, initial_block(system, params, lam, y),
+        saves, j, num_steps, initial_block(system, params, lam, y),
     )
     return lam, pbar

@@ -8,6 +8,7 @@ from typing import ClassVar, NamedTuple
 import equinox as eqx
 from jax import Array
 
+from ._dense import DenseRows
 from ._results import RESULTS
 from ._system import Problem, System
 
@@ -24,6 +25,7 @@ class SolveOutput(NamedTuple):
     ys: Array  # (n_save, N)
     integral: Array  # (Q,)
     record: Record
+    dense: DenseRows | None = None  # every step's dense output (``SaveAt(dense=True)``)
 
 
 class AbstractSensitivity(eqx.Module):
@@ -36,6 +38,8 @@ class AbstractSensitivity(eqx.Module):
     # True for methods built on `jax.custom_vjp`, which JAX cannot differentiate in forward
     # mode: `solve` then rejects forward-mode tracers with a clear error.
     reverse_mode_only: ClassVar[bool] = False
+    # Whether `SaveAt(dense=True)` (a differentiable `Solution.evaluate`) is supported.
+    supports_dense: ClassVar[bool] = False
 
     @abc.abstractmethod
     def __call__(self, system: System, problem: Problem) -> SolveOutput:

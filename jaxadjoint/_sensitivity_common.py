@@ -25,6 +25,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
+from ._dense import StagePlan, saves_stage_plan
 from ._solvers import AbstractERK
 from ._system import System
 
@@ -45,10 +46,17 @@ class DerivedSystem(eqx.Module):
     dt0: Array | None
     max_steps: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
+    land_on_ts: bool = eqx.field(static=True)
+    interpolate_saves: bool = eqx.field(static=True)
+    dense = False  # derived systems keep no dense output
 
     @property
     def has_integrand(self) -> bool:
         return False
+
+    @property
+    def stage_plan(self) -> StagePlan:
+        return saves_stage_plan(self)
 
     @abc.abstractmethod
     def field(self, tau: Array, z: Array, params: Any, direction: Array) -> Array:
@@ -63,6 +71,7 @@ def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:
     kwargs = dict(
         base=system, solver=system.solver, controller=system.controller, tol=system.tol,
         dt0=system.dt0, max_steps=system.max_steps, throw=system.throw,
+        land_on_ts=system.land_on_ts, interpolate_saves=system.interpolate_saves,
     )
     kwargs.update(overrides)
     return kwargs

@@ -7,6 +7,7 @@ from typing import Any
 import equinox as eqx
 from jax import Array
 
+from ._dense import DenseInterpolation
 from ._results import RESULTS
 
 
@@ -23,6 +24,8 @@ class Solution(eqx.Module):
         stats: ``num_steps`` (attempted), ``num_accepted_steps``, ``num_rejected_steps``,
             ``num_rhs_evals`` of the forward solve.
         result: `RESULTS.successful` or the reason for failure.
+        interpolation: with ``SaveAt(dense=True)``, the continuous extension of every
+            step (use `evaluate`); ``None`` otherwise.
     """
 
     ts: Array
@@ -31,3 +34,17 @@ class Solution(eqx.Module):
     integral: Any
     stats: dict[str, Array]
     result: RESULTS
+    interpolation: DenseInterpolation | None = None
+
+    def evaluate(self, t: Any) -> Any:
+        """The solution at ``t`` (scalar or 1-D array in ``[t0, t1]``) from the dense output.
+
+        Needs ``saveat=SaveAt(dense=True)``.  Differentiable like ``ys``, and in ``t``
+        (the interpolant's own time derivative).
+        """
+        if self.interpolation is None:
+            raise ValueError(
+                "`Solution.evaluate` needs a dense solution: pass "
+                "`saveat=jaxadjoint.SaveAt(dense=True)` (with `ts=` too if you want saves)"
+            )
+        return self.interpolation.evaluate(t)

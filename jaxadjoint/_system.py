@@ -26,6 +26,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
+from ._dense import StagePlan, saves_stage_plan
 from ._solvers import AbstractERK
 
 
@@ -57,10 +58,20 @@ class System(eqx.Module):
     dt0: Array | None
     max_steps: int = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
+    dense: bool = eqx.field(static=True, default=False)  # keep every step's dense output
+    land_on_ts: bool = eqx.field(static=True, default=False)  # steps end on the save times
+    # Save times may fall inside steps (``saveat`` given, not landing): the reverse pass
+    # then also linearises the stages that only the interpolant reads.
+    interpolate_saves: bool = eqx.field(static=True, default=False)
 
     @property
     def has_integrand(self) -> bool:
         return self.unravel_integral is not None
+
+    @property
+    def stage_plan(self) -> StagePlan:
+        """The stages of a step, including those the interpolated saves read."""
+        return saves_stage_plan(self)
 
     def _parts(self, params: Any) -> tuple[Any, Callable, Callable | None]:
         return eqx.combine(params, self.aux_params, self.static_params)

@@ -21,13 +21,23 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import re
 import warnings
 from typing import Any
 
 import jax
+import jaxlib
 from jax import Array
 
 _TARGET = "jaxadjoint_uninitialised"
+# The handler reads XLA's FFI call frame by hand, a layout that is no Python-level API, so it
+# is used only on the jaxlib releases it was run and checked on (tests/test_uninitialised.py
+# and tests/test_cost_follows_steps.py), an inclusive range; on any other, buffers are
+# zero-filled.  Widen the range after running those tests on a new jaxlib with
+# ``JAXADJOINT_UNINITIALISED=ffi``.
+TESTED_JAXLIB = ((0, 10, 0), (0, 10, 2))
+ENVIRONMENT_VARIABLE = "JAXADJOINT_UNINITIALISED"
 
 # The XLA FFI C API (xla/ffi/api/c_api.h), as far as this handler reads it:
 #   XLA_FFI_CallFrame      { size_t struct_size; XLA_FFI_Extension_Base* extension_start; ... }
@@ -67,27 +77,56 @@ def _do_nothing(call_frame: int) -> None:
 _HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(_do_nothing)
 
 
+def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
+    """Whether to use the handler: None for yes, else the reason not to (for the warning).
+
+    ``forced`` is the value of ``JAXADJOINT_UNINITIALISED``: unset, empty or ``"auto"``
+    (use the handler on the tested jaxlib releases only), ``"ffi"`` (use it on any jaxlib)
+    or ``"zeros"`` (never use it).  Pre-releases and development builds are not tested.
+    """
+    forced = (forced or "auto").strip().lower()
+    if forced not in ("auto", "ffi", "zeros"):
+        raise ValueError(f"{ENVIRONMENT_VARIABLE} must be 'auto', 'ffi' or 'zeros', "
+                         f"got {forced!r}")
+    if forced == "zeros":
+        return f"{ENVIRONMENT_VARIABLE}=zeros"
+    if forced == "ffi":
+        return None
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", jaxlib_version)
+    low, high = TESTED_JAXLIB
+    if match is None or not low <= tuple(map(int, match.groups())) <= high:
+        tested = "–".join(".".join(map(str, v)) for v in TESTED_JAXLIB)
+        return (f"jaxlib {jaxlib_version} is not one of the releases its handler was tested "
+                f"on, {tested}; set {ENVIRONMENT_VARIABLE}=ffi to use it anyway")
+    return None
+
+
 @functools.cache
 def host_allocation_available() -> bool:
-    """Register the handler with XLA's CPU client (once); False if that is not possible.
+    """Register the handler with XLA's CPU client (once); False, with a warning, if it must
+    not be used (`handler_choice`) or cannot be registered.
 
     The CPU client is created first, so that registration happens now and a refusal
     raises here (where it can fall back to zero-filled buffers) rather than at the
     client's start-up.
     """
-    try:
-        jax.devices("cpu")
-        jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(_HANDLER), platform="cpu")
-    except Exception as error:  # noqa: BLE001 - any refusal means: fall back
-        warnings.warn(
-            "jaxadjoint could not register its uninitialised-buffer handler with XLA's CPU "
-            f"client ({error}); buffers of length max_steps will be zero-filled, so solves "
-            "cost time in proportion to max_steps.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return False
-    return True
+    reason = handler_choice(jaxlib.__version__, os.environ.get(ENVIRONMENT_VARIABLE))
+    if reason is None:
+        try:
+            jax.devices("cpu")
+            jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(_HANDLER), platform="cpu")
+        except Exception as error:  # noqa: BLE001 - any refusal means: fall back
+            reason = f"it could not be registered with XLA's CPU client: {error}"
+    if reason is None:
+        return True
+    warnings.warn(
+        f"jaxadjoint does not use its uninitialised-buffer handler ({reason}). On CPU, "
+        "buffers of length max_steps will be zero-filled, so every solve costs time and "
+        "memory in proportion to max_steps, not to the steps taken.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
 
 
 def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) -> Array:

@@ -104,7 +104,11 @@ def check_tolerances(rtol: Array, atol: Array) -> tuple[Array, Array]:
 
 
 def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
-    """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it."""
+    """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it.
+
+    Concrete times are checked here; traced ones by the forward loop, which then does not
+    start and reports `RESULTS.invalid_save_times` (`save_times_valid`).
+    """
     if ts.ndim != 1 or ts.shape[0] == 0:
         raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
     xp = _np_or_jnp(ts, t0, t1)
@@ -120,8 +124,14 @@ def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
     if all(is_concrete(x) for x in (ts, t0, t1)):
         if bool(bad_order | outside | nonfinite):
             raise ValueError(f"{msg}; got {np.asarray(ts)} with t0={float(t0)}, t1={float(t1)}")
-        return ts
-    return eqx.error_if(ts, bad_order | outside | nonfinite, msg)
+    return ts
+
+
+def save_times_valid(taus: Array, tau0: Array, tau1: Array) -> Array:
+    """Whether internal save times are finite, non-decreasing and inside ``[tau0, tau1]``."""
+    ordered = jnp.all(jnp.diff(taus) >= 0) if taus.shape[0] > 1 else jnp.array(True)
+    inside = jnp.all((taus >= tau0) & (taus <= tau1))
+    return ordered & inside & jnp.all(jnp.isfinite(taus))
 
 
 def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs") -> None:

@@ -1,4 +1,4 @@
-"""A short tour: real sensitivities, verified and timed.  Run ``python -m jaxadjoint.tour``.
+"""A short tour: real sensitivities, verified and timed.  Run ``python -m jaxadjoint``.
 
 1. The classic Lotka–Volterra predator–prey model: the 2 x 6 Jacobian of the state at
    ``t1 = 10`` with respect to the four rates and the two initial populations.
@@ -13,6 +13,7 @@ differences of `solve` (agree to roughly the square root of the tolerance), and 
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 
@@ -82,7 +83,14 @@ def _study(name, rhs, y0, args, t1, tol, fd_step, unpack):
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, prog: str = "python -m jaxadjoint.tour") -> None:
+    """Run the tour and print its table; exit with an error if a derivative is not exact.
+
+    ``argv`` (default: the command line) takes only ``--help``.
+    """
+    argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     rows = []
 

@@ -37,6 +37,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 import jaxadjoint as ja
+from jaxadjoint._interpolants import interpolant_for, weights_at
 
 N = 3
 MAX_STEPS = 256  # every compiled solve below uses this, so convergence runs fit too
@@ -181,15 +182,25 @@ def solve_value_and_grad(diff, times, weights, kwargs):
 
 
 def replay_traced(rhs, tableau, y0, args, grid, integrand=None):
-    """Textbook Runge–Kutta on a *traced* grid: ``(states at every grid point, integral)``.
+    """Textbook Runge–Kutta on a *traced* grid: ``(states, slopes, integral)``.
 
+    ``states`` holds the state at every grid point, ``slopes`` the ``s + e`` stage slopes
+    of every step: the tableau's, then the extra stages of its interpolant
+    (`_interpolants`, data only), for the continuous extension `interpolate_saves`.
     The formulas of `helpers.replay` (which needs a concrete grid, so it would compile once
     per grid), with the stages in a rolled loop (``Y_m = y + h a[m] @ K``) so that it
     compiles quickly for many-stage tableaus; `test_replay_traced_is_helpers_replay`
     checks that the two agree.  Nothing here comes from jaxadjoint's step or reverse pass.
     """
-    a, b, c = (jnp.asarray(x) for x in (tableau.a, tableau.b, tableau.c))
+    interp = interpolant_for(tableau)
     s = tableau.num_stages
+    e = interp.c_extra.shape[0]
+    a_np = np.zeros((s + e, s + e))
+    a_np[:s, :s] = tableau.a
+    a_np[s:] = interp.a_extra
+    a = jnp.asarray(a_np)
+    b = jnp.asarray(tableau.b)
+    c = jnp.asarray(np.concatenate([tableau.c, interp.c_extra]))
     y0_flat, unravel = ravel_pytree(y0)
 
     def f(t, y):
@@ -207,52 +218,70 @@ def replay_traced(rhs, tableau, y0, args, grid, integrand=None):
             Y = y + h * (a[m] @ ks)
             ks = ks.at[m].set(f(t + c[m] * h, Y))
             if integrand is not None:
-                rs = rs.at[m].set(r(t + c[m] * h, Y))
+                rs = rs.at[m].set(jnp.where(m < s, r(t + c[m] * h, Y), 0))
             return ks, rs
 
-        ks = jnp.zeros((s,) + y.shape, y.dtype)
-        rs = None if integrand is None else jnp.zeros((s,) + q.shape, q.dtype)
-        ks, rs = jax.lax.fori_loop(0, s, stage, (ks, rs))
-        y = y + h * (b @ ks)
+        ks = jnp.zeros((s + e,) + y.shape, y.dtype)
+        rs = None if integrand is None else jnp.zeros((s + e,) + q.shape, q.dtype)
+        ks, rs = jax.lax.fori_loop(0, s + e, stage, (ks, rs))
+        y_new = y + h * (b @ ks[:s])
         if integrand is not None:
-            q = q + h * (b @ rs)
-        return (y, q), y
+            q = q + h * (b @ rs[:s])
+        return (y_new, q), (y_new, ks)
 
     q0 = None
     if integrand is not None:
         q0 = jnp.zeros_like(r(grid[0], y0_flat))
-    (_, q), states = jax.lax.scan(step, (y0_flat, q0), (grid[:-1], grid[1:] - grid[:-1]))
+    (_, q), (states, slopes) = jax.lax.scan(
+        step, (y0_flat, q0), (grid[:-1], grid[1:] - grid[:-1])
+    )
     states = jnp.concatenate([y0_flat[None], states])
     q = None if integrand is None else ravel_pytree(integrand(grid[0], y0, args))[1](q)
-    return jax.vmap(unravel)(states), q
+    return jax.vmap(unravel)(states), slopes, q
 
 
-def padded_grid(grid: np.ndarray, saveat: np.ndarray | None, length: int = MAX_STEPS):
-    """``(grid padded to length + 1 with t1, indices of the save times in it)``.
+def save_points(grid: np.ndarray, saveat: np.ndarray | None, length: int = MAX_STEPS):
+    """``(grid padded to length + 1 with t1, step index and theta of every save)``.
 
     The padding steps have ``h = 0``, exactly the identity in value and derivative, so
     the replay of the padded grid is the replay of the grid; a fixed length lets one
-    compiled reference serve every grid.  Save times must be grid points (steps land on
-    them exactly), and the saved state is the one at the first such point.
+    compiled reference serve every grid.  A save at ``t`` is on the step with
+    ``t_n <= t < t_{n+1}`` at ``theta = (t - t_n) / h_n``; a save at ``t_T`` is the state
+    ``y_T`` (index ``T``, ``theta = 0``).
     """
     assert len(grid) <= length + 1
     padded = np.concatenate([grid, np.full(length + 1 - len(grid), grid[-1])])
-    if saveat is None:
-        index = np.array([len(grid) - 1])
-    else:
-        index = np.array([int(np.flatnonzero(grid == t)[0]) for t in saveat])
-    return padded, index
+    times = np.array([grid[-1]]) if saveat is None else np.asarray(saveat)
+    sign = np.sign(grid[-1] - grid[0])
+    index = np.searchsorted(sign * grid, sign * times, side="right") - 1
+    index = np.minimum(index, len(grid) - 1)
+    last = index == len(grid) - 1
+    h = np.where(last, 1.0, grid[np.minimum(index + 1, len(grid) - 1)] - grid[index])
+    theta = np.where(last, 0.0, (times - grid[index]) / h)
+    return padded, index, theta
+
+
+def interpolate_saves(tableau, states, slopes, index, theta):
+    """``(states, b(theta), slopes)`` of the saves: the interpolant of ``tableau`` (data of
+    `_interpolants`) is ``y_n + h_n sum_m b_m(theta) k_m``."""
+    weights = weights_at(interpolant_for(tableau), jnp.asarray(theta))  # (n_save, s + e)
+    padded = jnp.concatenate([slopes, jnp.zeros_like(slopes[:1])])  # row T: theta = 0 only
+    return states, weights, padded[index]
 
 
 @eqx.filter_jit
-def replay_value_and_grad(diff, grid, save_index, weights, solver, with_integral):
-    """The reference: `replay_traced` on the padded grid, and its gradient."""
+def replay_value_and_grad(diff, grid, save_index, theta, weights, solver, with_integral):
+    """The reference: `replay_traced` on the padded grid, saves interpolated, and its gradient."""
 
     def loss(diff):
         y0, args, rhs = diff
         integ = integrand if with_integral else None
-        states, q = replay_traced(rhs, solver.tableau, y0, args, grid, integ)
-        ys = jax.tree.map(lambda s: s[save_index], states)
+        states, slopes, q = replay_traced(rhs, solver.tableau, y0, args, grid, integ)
+        flat_states = jax.vmap(lambda x: ravel_pytree(x)[0])(states)
+        _, w, ks = interpolate_saves(solver.tableau, flat_states, slopes, save_index, theta)
+        h = (grid[jnp.minimum(save_index + 1, grid.shape[0] - 1)] - grid[save_index])[:, None]
+        flat = flat_states[save_index] + h * jnp.einsum("im,imn->in", w, ks)
+        ys = jax.vmap(ravel_pytree(y0)[1])(flat)
         return weighted_loss(ys, q, weights), (ys, q)
 
     (value, outputs), grads = eqx.filter_value_and_grad(loss, has_aux=True)(diff)
@@ -271,9 +300,9 @@ def check_against_replay(diff, t0, t1, saveat, kwargs, rtol=None):
     value, (grads, time_grads), sol = solve_value_and_grad(*arguments)
     assert sol.result == ja.RESULTS.successful
     grid = helpers.accepted_grid(sol)
-    padded, save_index = padded_grid(grid, None if saveat is None else np.asarray(saveat))
+    padded, save_index, theta = save_points(grid, None if saveat is None else np.asarray(saveat))
     ref_value, ref_grads, (ref_ys, ref_q) = replay_value_and_grad(
-        diff, padded, save_index, weights, solver, with_integral
+        diff, padded, save_index, theta, weights, solver, with_integral
     )
     tol = grad_rtol(solver) if rtol is None else rtol
     assert helpers.max_rel_diff(sol.ys, ref_ys) < tol

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import solve_cases as sc
 from hypothesis import HealthCheck, given, settings, strategies as st
+from jax.flatten_util import ravel_pytree
 
 import jaxadjoint as ja
 import jaxadjoint.problems as jp
@@ -349,12 +350,24 @@ def test_property_random_problems(case):
     assert sc.traces_of_run(diff, t0, t1, saveat, kwargs) == 1
 
 
-def test_replay_traced_is_helpers_replay():
-    """The jit-friendly replay of `solve_cases` is the textbook replay of `helpers`."""
-    solver = ja.Tsit5()
+@pytest.mark.parametrize("solver", [ja.Tsit5(), ja.CashKarp()], ids=["Tsit5", "CashKarp"])
+def test_replay_traced_is_helpers_replay(solver):
+    """The jit-friendly replay of `solve_cases` is the textbook replay of `helpers`, at the
+    nodes and at interpolated saves (Cash–Karp's interpolant has an extra stage)."""
     y0, args, rhs = sc.make_inputs("tuple")
     grid = np.array([0.1, 0.25, 0.7, 1.2, 1.3])
     ys, q = helpers.replay(rhs, solver, y0, args, grid, None, sc.integrand)
-    states, q2 = sc.replay_traced(rhs, solver.tableau, y0, args, jnp.asarray(grid), sc.integrand)
+    states, slopes, q2 = sc.replay_traced(
+        rhs, solver.tableau, y0, args, jnp.asarray(grid), sc.integrand
+    )
     assert helpers.max_rel_diff(ys, jax.tree.map(lambda x: x[-1:], states)) < 1e-14
     assert helpers.max_rel_diff(q, q2) < 1e-14
+    saveat = np.array([0.1, 0.2, 0.7, 0.9, 1.3])
+    ys_saved, _ = helpers.replay(rhs, solver, y0, args, grid, saveat)
+    _, index, theta = sc.save_points(grid, saveat, length=len(grid) - 1)
+    flat = jax.vmap(lambda x: ravel_pytree(x)[0])(states)
+    _, w, ks = sc.interpolate_saves(solver.tableau, flat, slopes, index, theta)
+    h = np.append(np.diff(grid), 1.0)[index][:, None]
+    ours = flat[index] + h * jnp.einsum("im,imn->in", w, ks)
+    theirs = jax.vmap(lambda x: ravel_pytree(x)[0])(ys_saved)
+    assert helpers.max_rel_diff(ours, theirs) < 1e-14

@@ -22,7 +22,7 @@ import jaxadjoint.problems as jp
 @pytest.mark.parametrize("solver", helpers.ALL_SOLVERS, ids=sc.SOLVER_NAMES)
 def test_record_and_stats(solver):
     """`sol.steps` is the accepted grid from t0 to t1 (exactly), inf-padded to max_steps + 1,
-    strictly monotone and landing exactly on every save time; the counters add up."""
+    strictly monotone and independent of the save times; the counters add up."""
     diff = sc.make_inputs(sc.layout_for(solver))
     kwargs = sc.sweep_kwargs(solver)
     tableau = solver.tableau
@@ -37,7 +37,10 @@ def test_record_and_stats(solver):
         grid = steps[: accepted + 1]
         assert grid[0] == t0 and grid[-1] == t1
         assert np.all(np.sign(t1 - t0) * np.diff(grid) > 0)
-        assert all(t in grid for t in saveat)
+        # Other save times (as many, so the same compiled solve) leave the steps as they are.
+        other = tuple(t0 + (t1 - t0) * x for x in (0.0, 0.37, 0.61))
+        _, _, sol_other = sc.run(diff, t0, t1, other, kwargs)
+        np.testing.assert_array_equal(sol_other.steps, sol.steps)
         np.testing.assert_array_equal(sol.ts, np.asarray(saveat))
         # A save at t0 is y0 itself; repeated save times get the same state.
         if saveat[0] == t0:

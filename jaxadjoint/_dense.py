@@ -1,0 +1,295 @@
+"""Dense output: the continuous extension of the accepted steps, and saves evaluated on it.
+
+A step from ``(t_n, y_n)`` of size ``h`` has a continuous extension
+
+    y(t_n + theta h) = y_n + h sum_m b_m(theta) k_m,      b_m(theta) = sum_j W[m, j] theta^(j+1)
+
+over the interpolation stages ``m`` (some of the method's stages, and for some methods
+extra stages evaluated after the step; `_interpolants`).  Save times do not shorten
+steps: the forward loop writes one `DenseRows` row, ``(t_n, h, y_n, k_m)``, for each
+accepted step that contains a save time (``t_n <= t < t_{n+1}``), and after the loop
+every save is evaluated on its row, all at once.  The state at ``t1`` is a last row of
+its own with ``theta = 0``, so a save at ``t1`` (or at any node) is bitwise the state.
+
+Cost: one row write per accepted step that holds saves, and one vectorised evaluation of
+``n_save`` polynomials; nothing grows with ``n_save * max_steps``.  Under the discrete
+adjoint the cotangent of a save goes to ``y_n`` and, with weights ``h b_m(theta)``, to
+the stage slopes ``k_m`` of its step (`row_cotangents`): the reverse pass adds them when
+it reverses that step.  The derivative with respect to a save time is the interpolant's
+own time derivative ``sum_m b_m'(theta) k_m``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from . import _interpolants
+from ._solvers import AbstractERK, linear_combination, stage_time
+from ._uninitialised import uninitialised
+
+
+class StageWeights:
+    """``b_m(theta)`` of the interpolation stages ``m`` in ``stages`` (static data).
+
+    Evaluated by `_interpolants.weights_at` (Bernstein basis): Verner's monomial
+    coefficients reach ``1e6`` and would cost digits.  Equal (and hashed) by the identity
+    of the interpolant, a module constant, so that it can be a static field.
+    """
+
+    def __init__(self, interpolant: _interpolants.Interpolant, stages: tuple[int, ...]):
+        self.interpolant = interpolant
+        self.stages = stages
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StageWeights) and other.interpolant is self.interpolant
+                and other.stages == self.stages)
+
+    def __hash__(self) -> int:
+        return hash((id(self.interpolant), self.stages))
+
+    def __call__(self, theta: Array) -> Array:
+        """``(..., L)`` weights at ``theta``."""
+        return _interpolants.weights_at(self.interpolant, theta)[..., list(self.stages)]
+
+
+class StagePlan(NamedTuple):
+    """The stages a step computes and which of them the output reads, as static data.
+
+    Stages ``0 .. s-1`` are the tableau's, ``s .. s+e-1`` the interpolant's extra stages
+    (evaluated from ``y_n`` and earlier slopes, like any stage).  ``a``/``c`` cover all
+    of them; ``b`` is zero for the extra ones.
+    """
+
+    a: np.ndarray  # (S, S)
+    b: np.ndarray  # (S,)
+    c: np.ndarray  # (S,)
+    num_main: int  # s
+    live: tuple[int, ...]  # stages the reverse pass linearises (solution and saves)
+    interpolation_stages: tuple[int, ...]  # stages whose slopes the interpolant reads
+    weights: StageWeights  # b_m(theta) of each interpolation stage
+    end_stages: tuple[int, ...]  # stages equal to f(t_{n+1}, y_{n+1}): evaluated at t_{n+1}
+
+
+def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
+    """The stages of ``solver``'s step; with ``interpolating``, also those its saves read.
+
+    Without interpolated saves (no ``saveat``, or steps landing on the save times) a save
+    is a node, ``theta = 0``, and only the stages that reach ``y_{n+1}`` are live.
+    """
+    tableau = solver.tableau
+    interp = _interpolants.interpolant_for(tableau)
+    s = tableau.num_stages
+    e = interp.c_extra.shape[0]
+    a = np.zeros((s + e, s + e))
+    a[:s, :s] = tableau.a
+    a[s:, :] = interp.a_extra
+    b = np.concatenate([tableau.b, np.zeros(e)])
+    c = np.concatenate([tableau.c, interp.c_extra])
+    used = tuple(m for m in range(s + e) if np.any(interp.weights[m] != 0))
+    weights = StageWeights(interp, used)
+    end = [m for m in range(s + e) if c[m] == 1 and np.array_equal(a[m, :s], tableau.b)
+           and not np.any(a[m, s:])]
+    if tableau.fsal:
+        end.append(s - 1)
+    if interpolating:
+        needed = [False] * (s + e)
+        for m in reversed(range(s + e)):
+            needed[m] = (b[m] != 0 or m in used
+                         or any(needed[q] and a[q, m] != 0 for q in range(m + 1, s + e)))
+        live = tuple(m for m in range(s + e) if needed[m])
+    else:
+        live = tableau.live_stages
+    return StagePlan(a, b, c, s, live, used, weights, tuple(sorted(set(end))))
+
+
+def saves_stage_plan(system: Any) -> StagePlan:
+    """`stage_plan` of a system (`System` or a derived one)."""
+    return stage_plan(system.solver, system.interpolate_saves or system.dense)
+
+
+class DenseRows(eqx.Module):
+    """Continuous extensions of some accepted steps, one row each, sorted by time.
+
+    Rows past ``count`` are allocated but never written or read (`find_rows` searches
+    the first ``count`` only), so a row buffer of ``max_steps`` costs nothing unused.
+    The last written row is the final state (``theta = 0`` only; its ``k`` holds
+    ``f(t_T, y_T)`` in the first interpolation stage so that the time derivative there
+    is the slope).
+    """
+
+    step: Array  # (R,) int32: the step ``n`` of the row (its start state is ``y_n``)
+    tau: Array  # (R,) ``t_n`` in internal time
+    h: Array  # (R,) step size (the last row: the last step's, or 1)
+    y: Array  # (R, N) ``y_n``
+    k: Array  # (R, L, N) slopes of the interpolation stages
+    count: Array  # rows written
+
+    @property
+    def size(self) -> int:
+        return self.tau.shape[-1]
+
+
+def allocate_rows(num_rows: int, y0: Array, num_stages: int, witness: Array) -> DenseRows:
+    """Rows to be written by the forward loop; the slots past ``count`` stay unwritten."""
+    dtype = y0.dtype
+    return DenseRows(
+        step=uninitialised((num_rows,), jnp.int32, witness, "dense step"),
+        tau=uninitialised((num_rows,), dtype, witness, "dense tau"),
+        h=uninitialised((num_rows,), dtype, witness, "dense h"),
+        y=uninitialised((num_rows,) + y0.shape, dtype, witness, "dense y"),
+        k=uninitialised((num_rows, num_stages) + y0.shape, dtype, witness, "dense k"),
+        count=jnp.int32(0),
+    )
+
+
+def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: Array,
+              ks: Array) -> DenseRows:
+    """``rows`` with the next row set to ``(n, tau, h, y, ks)`` if ``where``."""
+    slot = jnp.minimum(rows.count, rows.size - 1)
+
+    def put(buffer, value):
+        return buffer.at[slot].set(jnp.where(where, value, buffer[slot]))
+
+    return DenseRows(
+        step=put(rows.step, n), tau=put(rows.tau, tau), h=put(rows.h, h), y=put(rows.y, y),
+        k=put(rows.k, ks), count=rows.count + where.astype(jnp.int32),
+    )
+
+
+def row_slopes(
+    plan: StagePlan, f: Callable[[Array, Array], Array], tau: Array, h: Array, y: Array,
+    ks: list[Array], k_next: Array, has_row: Array,
+) -> Array:
+    """The slopes the interpolant reads, stacked ``(L, N)``: the step's, and extra stages.
+
+    A stage equal to ``f(t_{n+1}, y_{n+1})`` is ``k_next``, which the loop computes
+    anyway; other extra stages are evaluated only for a step that gets a row (their
+    arithmetic is that of the reverse pass, `_reverse._stage_adjoints`).
+    """
+    s, total = plan.num_main, plan.a.shape[0]
+    extra = [m for m in range(s, total) if m not in plan.end_stages]
+
+    def with_extra(ks):
+        ks = list(ks) + [None] * (total - s)
+        for m in range(s, total):
+            if m in plan.end_stages:
+                ks[m] = k_next
+            else:
+                stage = linear_combination(y, h, plan.a[m, :m], ks)
+                ks[m] = f(stage_time(tau, h, plan.c[m]), stage)
+        return jnp.stack([ks[m] for m in plan.interpolation_stages])
+
+    if not extra:
+        return with_extra(ks)
+    shape = (len(plan.interpolation_stages),) + y.shape
+    return jax.lax.cond(has_row, with_extra, lambda ks: jnp.zeros(shape, y.dtype), ks)
+
+
+def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
+                    y: Array, k: Array) -> DenseRows:
+    """Append the final state ``y_T`` at ``t_T`` as a row that is only read at ``theta = 0``.
+
+    Its first interpolation stage holds ``k = f(t_T, y_T)`` and the others zero, so the
+    value at ``t_T`` is ``y_T`` bitwise and the time derivative there is the slope
+    (every interpolant has ``b_1'(0) = 1`` and ``b_m'(0) = 0`` otherwise).
+    """
+    if plan.interpolation_stages[0] != 0:
+        raise AssertionError("an interpolant must read the first stage")
+    ks = jnp.zeros((len(plan.interpolation_stages),) + y.shape, y.dtype).at[0].set(k)
+    return write_row(rows, jnp.array(True), num_accepted, tau, jnp.ones_like(tau), y, ks)
+
+
+def find_rows(rows: DenseRows, taus: Array) -> Array:
+    """For each time, the last written row with ``tau_row <= tau`` (row 0 if none).
+
+    A binary search over the first ``count`` rows: ``log2(R)`` vectorised probes, each
+    reading one row per time, so unwritten rows are never touched.
+    """
+    tau_rows = jax.lax.stop_gradient(rows.tau)
+    lo = jnp.zeros(taus.shape, jnp.int32)
+    hi = jnp.broadcast_to(rows.count.astype(jnp.int32), taus.shape)
+    for _ in range(max(1, int(rows.size).bit_length())):
+        mid = (lo + hi) // 2
+        probe = tau_rows[jnp.clip(mid, 0, rows.size - 1)]
+        go_up = (lo < hi) & (probe <= jax.lax.stop_gradient(taus))
+        lo = jnp.where(go_up, mid + 1, lo)
+        hi = jnp.where(go_up | (lo >= hi), hi, mid)
+    return jnp.maximum(lo - 1, 0)
+
+
+def interpolate(weights: StageWeights, rows: DenseRows, taus: Array) -> Array:
+    """The continuous extension at the internal times ``taus``: ``(len(taus), N)``.
+
+    Each time is evaluated on the row of the step with ``t_n <= tau < t_{n+1}`` (the last
+    row, the final state, for ``tau = t_T``); times past the last row (a solve that
+    stopped early) give NaN.  Differentiable in ``rows.y``, ``rows.k`` and ``taus``;
+    ``rows.tau`` and ``rows.h`` are constants of the computation.
+    """
+    tau_rows = jax.lax.stop_gradient(rows.tau)
+    h_rows = jax.lax.stop_gradient(rows.h)
+    index = find_rows(rows, taus)
+    tau_n, h = tau_rows[index], h_rows[index]
+    theta = (taus - tau_n) / h
+    w = weights(theta)  # (n, L)
+    increment = jnp.einsum("il,iln->in", w, rows.k[index])
+    ys = rows.y[index] + h[:, None] * increment
+    last = tau_rows[jnp.maximum(rows.count - 1, 0)]
+    return jnp.where((taus > last)[:, None], jnp.nan, ys)
+
+
+def interpolant_slopes(weights: StageWeights, rows: DenseRows, taus: Array) -> Array:
+    """``d/dtau`` of `interpolate` at ``taus``: the continuous extension's own slope."""
+    return jax.jvp(lambda t: interpolate(weights, rows, t), (taus,), (jnp.ones_like(taus),))[1]
+
+
+def row_cotangents(
+    weights: StageWeights, rows: DenseRows, taus: Array, ys_bar: Array
+) -> tuple[Array, Array, Array]:
+    """``(ybar, kbar, taus_bar)``: the cotangents of `interpolate` for ``ys_bar``.
+
+    ``ybar[r]`` belongs to ``y_n`` of row ``r`` and ``kbar[r, l]`` to the slope of its
+    ``l``-th interpolation stage (``h b_l(theta) ybar`` summed over the row's saves).
+    """
+
+    def evaluate(y, k, taus):
+        return interpolate(weights, eqx.tree_at(lambda r: (r.y, r.k), rows, (y, k)), taus)
+
+    _, vjp = jax.vjp(evaluate, rows.y, rows.k, taus)
+    # Saves past the end of a failed solve are NaN: their cotangents must not spread NaN.
+    return vjp(jnp.nan_to_num(ys_bar))
+
+
+class DenseInterpolation(eqx.Module):
+    """The solution as a function of time, ``sol.evaluate(t)`` (``SaveAt(dense=True)``).
+
+    Built from the continuous extension of every accepted step; differentiable with
+    respect to everything the solve is, and to ``t``.
+    """
+
+    rows: DenseRows
+    direction: Array
+    weights: StageWeights = eqx.field(static=True)
+    unravel_y: Callable[[Array], Any] = eqx.field(static=True)
+
+    def evaluate(self, t: Any) -> Any:
+        """The state at time ``t`` (a scalar or a 1-D array of times in ``[t0, t1]``).
+
+        Returns a pytree like ``y0``; with an array of times each leaf gets a leading
+        time axis.  Times outside the solved interval give NaN.
+        """
+        t = jnp.asarray(t, self.rows.tau.dtype)
+        if t.ndim > 1:
+            raise ValueError(f"`evaluate` takes a scalar or a 1-D array of times, got {t.shape}")
+        taus = jnp.atleast_1d(self.direction * t)
+        first = jax.lax.stop_gradient(self.rows.tau[0])
+        ys = interpolate(self.weights, self.rows, taus)
+        ys = jnp.where((taus < first)[:, None], jnp.nan, ys)
+        out = jax.vmap(self.unravel_y)(ys)
+        return jax.tree.map(lambda x: x[0], out) if t.ndim == 0 else out

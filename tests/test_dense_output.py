@@ -1,0 +1,244 @@
+"""Save times on the continuous extension, exact landing, and the dense solution.
+
+The solver sweep (`test_gradients`, `test_checkpoints`, `test_sensitivity`) already checks
+interpolated saves against the replay for every solver, controller and checkpoint
+strategy; this file checks what is particular to dense output: the steps do not depend
+on the save times, the save-time derivative is the interpolant's own, `land_on_ts`,
+`Solution.evaluate`, bad save times inside `jit`, and that many save times cost little.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import helpers
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxadjoint as ja
+
+
+def lotka_volterra(t, y, args):
+    a, b, c, d = args
+    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
+
+
+Y0 = jnp.array([1.0, 1.0])
+THETA = jnp.array([1.5, 1.0, 3.0, 1.0])
+T1 = 6.0
+# Save times inside steps, on t0 and t1, and repeated.
+TS = jnp.array([0.0, 0.0, 0.35, 1.1, 2.0, 2.0, 3.3, 4.75, 5.9, 6.0])
+WEIGHTS = jnp.cos(jnp.arange(TS.shape[0] * 2.0)).reshape(TS.shape[0], 2)
+
+
+@eqx.filter_jit
+def loss_and_sol(y0, theta, ts, saveat_kind, solver, sensitivity):
+    saveat = {
+        "interpolate": ts,
+        "land": ja.SaveAt(ts=ts, land_on_ts=True),
+        "dense": ja.SaveAt(ts=ts, dense=True),
+    }[saveat_kind]
+    sol = ja.solve(lotka_volterra, y0, 0.0, T1, theta, saveat=saveat, solver=solver,
+                   rtol=1e-7, atol=1e-7, sensitivity=sensitivity, max_steps=512)
+    return jnp.sum(WEIGHTS * sol.ys), sol
+
+
+@eqx.filter_jit
+def gradient(y0, theta, ts, saveat_kind, solver, sensitivity):
+    return jax.grad(lambda *a: loss_and_sol(*a, saveat_kind, solver, sensitivity)[0],
+                    argnums=(0, 1, 2))(y0, theta, ts)
+
+
+def replay_gradient(solver, steps):
+    grid = helpers.accepted_grid(steps)
+
+    def loss(y0, theta, ts):
+        ys, _ = ja.replay_on_grid(lotka_volterra, solver, y0, theta, grid, ts)
+        return jnp.sum(WEIGHTS * ys)
+
+    return jax.grad(loss, argnums=(0, 1, 2))(Y0, THETA, TS)
+
+
+@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.Tsit5(), ja.Vern6(), ja.Fehlberg45()],
+                         ids=["Dopri5", "Tsit5", "Vern6", "Fehlberg45"])
+def test_save_time_gradient_is_the_interpolants(solver):
+    """d/d(ts) is the interpolant's time derivative, exactly as the replay's autodiff gives
+    it (with y0 and parameters), and finite differences of the saves agree with it."""
+    adjoint = ja.DiscreteAdjoint()
+    _, sol = loss_and_sol(Y0, THETA, TS, "interpolate", solver, adjoint)
+    ours = gradient(Y0, THETA, TS, "interpolate", solver, adjoint)
+    reference = replay_gradient(solver, sol)
+    # Verner's stage sums round differently in the replay (coefficients in the hundreds).
+    assert helpers.max_rel_diff(ours, reference) < (1e-10 if "Vern" in solver.tableau.name
+                                                    else 1e-12)
+    # Finite differences in one interior save time (the grid does not move with it).
+    k, eps = 3, 1e-6
+    bump = jnp.zeros_like(TS).at[k].set(eps)
+    plus = loss_and_sol(Y0, THETA, TS + bump, "interpolate", solver, adjoint)[0]
+    minus = loss_and_sol(Y0, THETA, TS - bump, "interpolate", solver, adjoint)[0]
+    assert abs(float((plus - minus) / (2 * eps)) - float(ours[2][k])) < 1e-7
+
+
+def test_steps_do_not_depend_on_saves_and_nodes_are_exact():
+    """The same steps as the solve without save times; a save at t1 is y(t1) bitwise, a
+    save at t0 is y0, repeated times give the same state."""
+    solver = ja.Tsit5()
+    _, sol = loss_and_sol(Y0, THETA, TS, "interpolate", solver, ja.DiscreteAdjoint())
+    plain = ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, solver=solver, rtol=1e-7, atol=1e-7,
+                     max_steps=512)
+    np.testing.assert_array_equal(sol.steps, plain.steps)
+    np.testing.assert_array_equal(sol.ys[-1], plain.ys[0])
+    np.testing.assert_array_equal(sol.ys[0], Y0)
+    np.testing.assert_array_equal(sol.ys[4], sol.ys[5])
+    np.testing.assert_array_equal(sol.ys[0], sol.ys[1])
+
+
+def test_interpolated_saves_are_as_accurate_as_the_steps():
+    """Dense output of a 5th-order pair is accurate to about the tolerance between steps."""
+    _, sol = loss_and_sol(Y0, THETA, TS, "interpolate", ja.Dopri5(), ja.DiscreteAdjoint())
+    ref = ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ja.SaveAt(ts=TS, land_on_ts=True),
+                   solver=ja.Vern8(), rtol=1e-13, atol=1e-13, max_steps=4096)
+    error = float(jnp.max(jnp.abs(sol.ys - ref.ys)))
+    final = float(jnp.max(jnp.abs(sol.ys[-1] - ref.ys[-1])))
+    assert error < 1e-5
+    assert error < 20 * max(final, 1e-7)
+
+
+@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.RK4()], ids=["Dopri5", "RK4"])
+def test_land_on_ts(solver):
+    """``land_on_ts=True``: steps end on every save time, saves are nodes (bitwise the
+    replay's states), and the gradient is the replay's."""
+    if not solver.adaptive:
+        sol = ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, solver=solver, dt0=0.05,
+                       saveat=ja.SaveAt(ts=TS, land_on_ts=True), max_steps=512)
+        grid = helpers.accepted_grid(sol)
+        assert all(t in grid for t in np.asarray(TS))
+        ys, _ = ja.replay_on_grid(lotka_volterra, solver, Y0, THETA, grid, TS)
+        assert helpers.max_rel_diff(sol.ys, ys) < 1e-13
+        return
+    adjoint = ja.DiscreteAdjoint()
+    _, sol = loss_and_sol(Y0, THETA, TS, "land", solver, adjoint)
+    grid = helpers.accepted_grid(sol)
+    assert all(t in grid for t in np.asarray(TS))
+    ours = gradient(Y0, THETA, TS, "land", solver, adjoint)
+    assert helpers.max_rel_diff(ours, replay_gradient(solver, sol)) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "sensitivity",
+    [ja.DiscreteAdjoint(), ja.DiscreteAdjoint(ja.Recursive(3)), ja.DiscreteForward()],
+    ids=["adjoint", "recursive", "forward"],
+)
+def test_dense_solution(sensitivity):
+    """`sol.evaluate(t)` anywhere in [t0, t1]: the saves' values, differentiable in the
+    inputs and in t like the replay's interpolant; NaN outside."""
+    solver = ja.Tsit5()
+    _, sol = loss_and_sol(Y0, THETA, TS, "dense", solver, sensitivity)
+    np.testing.assert_allclose(sol.evaluate(TS), sol.ys, rtol=1e-14, atol=1e-14)
+    np.testing.assert_array_equal(sol.evaluate(T1), sol.ys[-1])
+    assert np.all(np.isnan(np.asarray(sol.evaluate(jnp.array([-0.1, T1 + 0.1])))))
+    grid = helpers.accepted_grid(sol)
+    times = jnp.array([0.2, 1.7, 1.7, 5.5])
+
+    @eqx.filter_jit
+    def dense_grad(y0, theta, times):
+        def loss(y0, theta, times):
+            sol = ja.solve(lotka_volterra, y0, 0.0, T1, theta, saveat=ja.SaveAt(dense=True),
+                           solver=solver, rtol=1e-7, atol=1e-7, sensitivity=sensitivity,
+                           max_steps=512)
+            return jnp.sum(jnp.sin(jnp.arange(8.0)).reshape(4, 2) * sol.evaluate(times))
+
+        return jax.grad(loss, argnums=(0, 1, 2))(y0, theta, times)
+
+    def reference(y0, theta, times):
+        ys, _ = ja.replay_on_grid(lotka_volterra, solver, y0, theta, grid, times)
+        return jnp.sum(jnp.sin(jnp.arange(8.0)).reshape(4, 2) * ys)
+
+    ours = dense_grad(Y0, THETA, times)
+    assert helpers.max_rel_diff(ours, jax.grad(reference, argnums=(0, 1, 2))(
+        Y0, THETA, times)) < 1e-12
+
+
+def test_evaluate_needs_a_dense_solution():
+    sol = ja.solve(lotka_volterra, Y0, 0.0, 1.0, THETA)
+    with pytest.raises(ValueError, match=r"SaveAt\(dense=True\)"):
+        sol.evaluate(0.5)
+
+
+def test_dense_needs_a_supporting_method():
+    with pytest.raises(ValueError, match="not supported with `sensitivity=ContinuousAdjoint"):
+        ja.solve(lotka_volterra, Y0, 0.0, 1.0, THETA, saveat=ja.SaveAt(dense=True),
+                 sensitivity=ja.ContinuousAdjoint())
+
+
+@pytest.mark.parametrize(
+    "make_saveat, match",
+    [
+        (lambda: ja.SaveAt(land_on_ts=True), "needs save times"),
+        (lambda: ja.SaveAt(ts=TS, dense=1), "must be True or False"),
+        (lambda: "0.5", "must be None, a 1-D array"),
+    ],
+    ids=["land-without-ts", "dense-not-bool", "string"],
+)
+def test_bad_saveat_options(make_saveat, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        ja.solve(lotka_volterra, Y0, 0.0, 1.0, THETA, saveat=make_saveat())
+
+
+@eqx.filter_jit
+def _no_throw(ts):
+    return ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ts, throw=False)
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [[0.5, 0.2, 1.0], [0.5, 1.0, 7.0], [-1.0, 0.5, 1.0], [0.5, jnp.nan, 1.0]],
+    ids=["unsorted", "after-t1", "before-t0", "nan"],
+)
+def test_bad_save_times_inside_jit_fail_through_result(ts):
+    """Traced save times that are invalid stop the solve: `sol.result` says why, and with
+    ``throw=True`` the run-time error carries the same message."""
+    sol = _no_throw(jnp.asarray(ts))
+    assert sol.result == ja.RESULTS.invalid_save_times
+    assert "`saveat` must hold finite times" in ja.RESULTS[ja.RESULTS.invalid_save_times]
+
+    @eqx.filter_jit
+    def throwing(ts):
+        return ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ts).ys
+
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`saveat` must hold finite times"):
+        jax.block_until_ready(throwing(jnp.asarray(ts)))
+
+
+def test_vmap_over_save_times_and_states():
+    """A batch with its own save times and initial states equals the single solves."""
+    ts = jnp.stack([TS, TS * 0.5 + 1.0])
+    y0s = jnp.stack([Y0, Y0 * 1.3])
+
+    def one(y0, ts):
+        return loss_and_sol(y0, THETA, ts, "interpolate", ja.Tsit5(), ja.DiscreteAdjoint())[1].ys
+
+    batched = jax.vmap(one)(y0s, ts)
+    for i in range(2):
+        np.testing.assert_allclose(batched[i], one(y0s[i], ts[i]), rtol=1e-13, atol=1e-13)
+
+
+def test_many_save_times_cost_follows_the_saves():
+    """10 000 save times on a solve of ~40 steps: the compiled gradient holds no buffer of
+    n_save x max_steps, and its temporaries grow with n_save, not with max_steps."""
+
+    def temp_bytes(n_save, max_steps):
+        ts = jnp.linspace(0.0, T1, n_save)
+
+        def loss(theta):
+            sol = ja.solve(lotka_volterra, Y0, 0.0, T1, theta, saveat=ts, max_steps=max_steps)
+            return jnp.sum(sol.ys ** 2)
+
+        compiled = jax.jit(jax.grad(loss)).lower(THETA).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    small, large = temp_bytes(10_000, 1024), temp_bytes(10_000, 16_384)
+    # The rows of dense output are min(n_save, max_steps) + 1 long: bounded by n_save.
+    assert large < 1.5 * small + 4 * 16_384 * 8 * 16
+    assert large < 10_000 * 2 * 8 * 40
