@@ -11,6 +11,20 @@ custom call whose handler does nothing: XLA allocates the result buffer and the 
 leaves it as it is.  The handler is a `ctypes` callback, so no compiled extension is
 needed; it runs once per buffer per call of the compiled program (microseconds).
 
+The handler reads XLA's FFI call frame by hand, a layout that is no Python-level API and
+that a future jaxlib could change (crashing the process, not failing).  So it is used only
+on the jaxlib releases it was tested on (`TESTED_JAXLIB`: 0.10.0 to 0.10.2).  On any other
+release, or if registration fails, or with ``JAXADJOINT_UNINITIALISED=zeros``, a warning
+says why and the buffers are zero-filled (`jax.lax.empty`, a zero broadcast on CPU);
+``JAXADJOINT_UNINITIALISED=ffi`` uses the handler on any release.  Results are the same
+(only written slots are read); the cost is a pass over every buffer on every call, which
+matters only for large states with a large ``max_steps``.  Measured on a loaded 2-core CPU,
+gradients interleaved in one process: Lotka–Volterra (2 species, 195 steps) is unchanged
+within noise (2.5 ms) at ``max_steps`` 4096 and 65 536; the 64 x 64 heat equation (19
+steps, 32 KiB a state) takes 15–17 ms with the handler at ``max_steps`` 4096 and 16 384,
+and 142 ms and 563 ms zero-filled (its 134 MB and 537 MB records are written, and become
+resident, on every call).
+
 Under `jax.vmap` the buffer must come out batched already: a batched loop carry whose
 initial value is unbatched is broadcast, which would fill it.  Callers therefore pass a
 scalar ``witness`` that is batched exactly when the recorded values will be, and the
@@ -31,11 +45,9 @@ import jaxlib
 from jax import Array
 
 _TARGET = "jaxadjoint_uninitialised"
-# The handler reads XLA's FFI call frame by hand, a layout that is no Python-level API, so it
-# is used only on the jaxlib releases it was run and checked on (tests/test_uninitialised.py
-# and tests/test_cost_follows_steps.py), an inclusive range; on any other, buffers are
-# zero-filled.  Widen the range after running those tests on a new jaxlib with
-# ``JAXADJOINT_UNINITIALISED=ffi``.
+# The jaxlib releases the handler was run and checked on, an inclusive range: all of
+# tests/test_uninitialised.py and tests/test_cost_follows_steps.py pass.  To widen it, run
+# them on the new jaxlib with ``JAXADJOINT_UNINITIALISED=ffi``.
 TESTED_JAXLIB = ((0, 10, 0), (0, 10, 2))
 ENVIRONMENT_VARIABLE = "JAXADJOINT_UNINITIALISED"
 
