@@ -98,7 +98,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
     # Saves are evaluated on the dense-output rows: their cotangents go to the rows'
     # states and slopes, which the sweep adds when it reverses the rows' steps.
     plan = system.stage_plan
-    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar)
+    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar, bool(perturbed.ts))
     if system.dense:
         dense_ybar, dense_kbar = _dense_cotangent(dense_bar, rows)
         ybar, kbar = ybar + dense_ybar, kbar + dense_kbar

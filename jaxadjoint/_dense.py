@@ -130,16 +130,22 @@ class DenseRows(eqx.Module):
     y: Array  # (R, N) ``y_n``
     k: Array  # (R, L, N) slopes of the interpolation stages
     count: Array  # rows written
+    # (n_save + 1,) how many rows have save i as their first save (saves sorted):
+    # the row of save i is then a prefix sum (`save_rows`), no search needed.
+    starts: Array
 
     @property
     def size(self) -> int:
         return self.tau.shape[-1]
 
 
-def allocate_rows(num_rows: int, y0: Array, num_stages: int, witness: Array) -> DenseRows:
+def allocate_rows(
+    num_rows: int, num_saves: int, y0: Array, num_stages: int, witness: Array
+) -> DenseRows:
     """Rows to be written by the forward loop; the slots past ``count`` stay unwritten."""
     dtype = y0.dtype
     return DenseRows(
+        starts=jnp.zeros((num_saves + 1,), jnp.int32) + witness.astype(jnp.int32),
         step=uninitialised((num_rows,), jnp.int32, witness, "dense step"),
         tau=uninitialised((num_rows,), dtype, witness, "dense tau"),
         h=uninitialised((num_rows,), dtype, witness, "dense h"),
@@ -150,8 +156,11 @@ def allocate_rows(num_rows: int, y0: Array, num_stages: int, witness: Array) -> 
 
 
 def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: Array,
-              ks: Array) -> DenseRows:
-    """``rows`` with the next row set to ``(n, tau, h, y, ks)`` if ``where``."""
+              ks: Array, first_save: Array) -> DenseRows:
+    """``rows`` with the next row set to ``(n, tau, h, y, ks)`` if ``where``.
+
+    ``first_save`` is the index of the first save time ``>= tau`` (``n_save`` if none).
+    """
     slot = jnp.minimum(rows.count, rows.size - 1)
 
     def put(buffer, value):
@@ -160,6 +169,7 @@ def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: 
     return DenseRows(
         step=put(rows.step, n), tau=put(rows.tau, tau), h=put(rows.h, h), y=put(rows.y, y),
         k=put(rows.k, ks), count=rows.count + where.astype(jnp.int32),
+        starts=rows.starts.at[first_save].add(where.astype(jnp.int32)),
     )
 
 
@@ -192,18 +202,23 @@ def row_slopes(
     return jax.lax.cond(has_row, with_extra, lambda ks: jnp.zeros(shape, y.dtype), ks)
 
 
-def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
-                    y: Array, k: Array) -> DenseRows:
-    """Append the final state ``y_T`` at ``t_T`` as a row that is only read at ``theta = 0``.
+def final_row_slopes(plan: StagePlan, k: Array) -> Array:
+    """The slopes of the final state's row: ``k = f(t_T, y_T)`` first, zeros after.
 
-    Its first interpolation stage holds ``k = f(t_T, y_T)`` and the others zero, so the
-    value at ``t_T`` is ``y_T`` bitwise and the time derivative there is the slope
-    (every interpolant has ``b_1'(0) = 1`` and ``b_m'(0) = 0`` otherwise).
+    The row is only read at ``theta = 0``: its value is ``y_T`` bitwise and its time
+    derivative the slope (every interpolant has ``b_1'(0) = 1``, ``b_m'(0) = 0`` else).
     """
     if plan.interpolation_stages[0] != 0:
         raise AssertionError("an interpolant must read the first stage")
-    ks = jnp.zeros((len(plan.interpolation_stages),) + y.shape, y.dtype).at[0].set(k)
-    return write_row(rows, jnp.array(True), num_accepted, tau, jnp.ones_like(tau), y, ks)
+    return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(k)
+
+
+def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
+                    y: Array, k: Array, taus: Array) -> DenseRows:
+    """Append the final state ``y_T`` at ``t_T`` as a row (`final_row_slopes`)."""
+    first = jnp.searchsorted(taus, tau, side="left")
+    return write_row(rows, jnp.array(True), num_accepted, tau, jnp.ones_like(tau), y,
+                     final_row_slopes(plan, k), first)
 
 
 def find_rows(rows: DenseRows, taus: Array) -> Array:
@@ -224,46 +239,69 @@ def find_rows(rows: DenseRows, taus: Array) -> Array:
     return jnp.maximum(lo - 1, 0)
 
 
-def interpolate(weights: StageWeights, rows: DenseRows, taus: Array) -> Array:
+def save_rows(rows: DenseRows) -> Array:
+    """The row of each save time (sorted saves): a prefix sum of ``rows.starts``."""
+    counts = jax.lax.associative_scan(jnp.add, rows.starts[:-1])
+    return jnp.maximum(counts - 1, 0)
+
+
+def interpolate(
+    weights: StageWeights, rows: DenseRows, taus: Array, index: Array | None = None
+) -> Array:
     """The continuous extension at the internal times ``taus``: ``(len(taus), N)``.
 
     Each time is evaluated on the row of the step with ``t_n <= tau < t_{n+1}`` (the last
     row, the final state, for ``tau = t_T``); times past the last row (a solve that
-    stopped early) give NaN.  Differentiable in ``rows.y``, ``rows.k`` and ``taus``;
-    ``rows.tau`` and ``rows.h`` are constants of the computation.
+    stopped early) give NaN.  ``index`` gives the rows when ``taus`` are the save times
+    (`save_rows`); other times are searched (`find_rows`).  Differentiable in
+    ``rows.y``, ``rows.k`` and ``taus``; ``rows.tau`` and ``rows.h`` are constants.
     """
-    tau_rows = jax.lax.stop_gradient(rows.tau)
-    h_rows = jax.lax.stop_gradient(rows.h)
-    index = find_rows(rows, taus)
-    tau_n, h = tau_rows[index], h_rows[index]
+    if index is None:
+        index = find_rows(rows, taus)
+    num_rows, num_stages, n = rows.k.shape[-3:]
+    # One gather of everything a save reads from its row (a gather costs per index).
+    packed = jnp.concatenate(
+        [jax.lax.stop_gradient(jnp.stack([rows.tau, rows.h], axis=-1)), rows.y,
+         rows.k.reshape(num_rows, num_stages * n)], axis=-1,
+    )[index]
+    tau_n, h = packed[:, 0], packed[:, 1]
+    y, k = packed[:, 2:2 + n], packed[:, 2 + n:].reshape(-1, num_stages, n)
     theta = (taus - tau_n) / h
-    w = weights(theta)  # (n, L)
-    increment = jnp.einsum("il,iln->in", w, rows.k[index])
-    ys = rows.y[index] + h[:, None] * increment
-    last = tau_rows[jnp.maximum(rows.count - 1, 0)]
+    w = weights(theta)  # (n_times, L)
+    ys = y + h[:, None] * jnp.einsum("il,iln->in", w, k)
+    last = jax.lax.stop_gradient(rows.tau[jnp.maximum(rows.count - 1, 0)])
     return jnp.where((taus > last)[:, None], jnp.nan, ys)
 
 
 def interpolant_slopes(weights: StageWeights, rows: DenseRows, taus: Array) -> Array:
-    """``d/dtau`` of `interpolate` at ``taus``: the continuous extension's own slope."""
-    return jax.jvp(lambda t: interpolate(weights, rows, t), (taus,), (jnp.ones_like(taus),))[1]
+    """``d/dtau`` of `interpolate` at the save times: the continuous extension's slope."""
+    index = save_rows(rows)
+    return jax.jvp(lambda t: interpolate(weights, rows, t, index), (taus,),
+                   (jnp.ones_like(taus),))[1]
 
 
 def row_cotangents(
-    weights: StageWeights, rows: DenseRows, taus: Array, ys_bar: Array
-) -> tuple[Array, Array, Array]:
-    """``(ybar, kbar, taus_bar)``: the cotangents of `interpolate` for ``ys_bar``.
+    weights: StageWeights, rows: DenseRows, taus: Array, ys_bar: Array, with_times: bool
+) -> tuple[Array, Array, Array | None]:
+    """``(ybar, kbar, taus_bar)``: the cotangents of `interpolate` at the saves for ``ys_bar``.
 
     ``ybar[r]`` belongs to ``y_n`` of row ``r`` and ``kbar[r, l]`` to the slope of its
     ``l``-th interpolation stage (``h b_l(theta) ybar`` summed over the row's saves).
+    ``taus_bar`` (the interpolant's slope times ``ys_bar``) only ``with_times``.
     """
+    index = save_rows(rows)
+    # Saves past the end of a failed solve are NaN: their cotangents must not spread NaN.
+    ys_bar = jnp.nan_to_num(ys_bar)
 
     def evaluate(y, k, taus):
-        return interpolate(weights, eqx.tree_at(lambda r: (r.y, r.k), rows, (y, k)), taus)
+        new = eqx.tree_at(lambda r: (r.y, r.k), rows, (y, k))
+        return interpolate(weights, new, taus, index)
 
-    _, vjp = jax.vjp(evaluate, rows.y, rows.k, taus)
-    # Saves past the end of a failed solve are NaN: their cotangents must not spread NaN.
-    return vjp(jnp.nan_to_num(ys_bar))
+    if with_times:
+        _, vjp = jax.vjp(evaluate, rows.y, rows.k, taus)
+        return vjp(ys_bar)
+    _, vjp = jax.vjp(lambda y, k: evaluate(y, k, jax.lax.stop_gradient(taus)), rows.y, rows.k)
+    return (*vjp(ys_bar), None)
 
 
 class DenseInterpolation(eqx.Module):

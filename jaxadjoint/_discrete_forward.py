@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
-from ._dense import DenseRows, interpolate, row_slopes, write_final_row
+from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_rows
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
@@ -93,12 +93,13 @@ def replay(
     (y_final, q, _, row_y, row_k), _ = jax.lax.scan(
         body, init, jnp.arange(system.max_steps, dtype=jnp.int32)
     )
+    # The last row is the final state's (`_dense.write_final_row`).
+    last = rows.count - 1
     tau_final = grid[num_accepted]
-    final = write_final_row(
-        plan, eqx.tree_at(lambda r: (r.y, r.k, r.count), rows, (row_y, row_k, rows.count - 1)),
-        num_accepted, tau_final, y_final, f(tau_final, y_final),
-    )
-    ys = interpolate(plan.weights, final, direction * problem.ts)
+    row_y = row_y.at[last].set(y_final)
+    row_k = row_k.at[last].set(final_row_slopes(plan, f(tau_final, y_final)))
+    final = eqx.tree_at(lambda r: (r.y, r.k), rows, (row_y, row_k))
+    ys = interpolate(plan.weights, final, direction * problem.ts, save_rows(final))
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         q = (q - dt0 * system.integrand(t0, problem.y0, params)
@@ -138,7 +139,7 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
              out.dense.k + (rows_r.k - jax.lax.stop_gradient(rows_r.k))),
         )
         dense_dot = DenseRows(step=None, tau=None, h=None, y=rows_dot.y, k=rows_dot.k,
-                              count=None)
+                              count=None, starts=None)
     primal = SolveOutput(ys, q, out.record, dense)
     tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record), dense_dot)
     return primal, tangent

@@ -24,7 +24,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from ._dense import DenseRows, allocate_rows, interpolate, row_slopes, write_final_row, write_row
+from ._dense import (
+    DenseRows,
+    allocate_rows,
+    interpolate,
+    row_slopes,
+    save_rows,
+    write_final_row,
+    write_row,
+)
 from ._results import RESULTS
 from ._solvers import StepOutput, erk_step, stage_time
 from ._system import Problem, System
@@ -207,7 +215,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             k0=k0,
             h=h0,
             cstate=cstate,
-            rows=allocate_rows(num_rows, y0, len(plan.interpolation_stages), witness),
+            rows=allocate_rows(num_rows, n_save, y0, len(plan.interpolation_stages), witness),
             integral=jnp.zeros((num_q,), dtype),
             grid=grid,
             store=recorder.init(system.max_steps, y0, len(live), witness),
@@ -231,7 +239,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         target = tau1
         if system.land_on_ts:
             # The first save time after tau: steps end exactly on every save time.
-            after = jnp.searchsorted(taus, tau, side="right")
+            after = jnp.searchsorted(taus, tau, side="right", method="scan_unrolled")
             target = jnp.where(after < n_save, taus[jnp.minimum(after, n_save - 1)], tau1)
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
@@ -270,14 +278,16 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         store = recorder.record(c["store"], n, y, step, live, active)
         # A row of dense output for an accepted step that holds save times (every step
         # with `dense`): the saves are evaluated on it after the loop.
+        # The first save at or after tau (unrolled: no inner loop in the step).
+        first = jnp.searchsorted(taus, tau, side="left", method="scan_unrolled")
         if system.dense:
             has_row = accept
         else:
-            first = jnp.minimum(jnp.searchsorted(taus, tau, side="left"), n_save - 1)
-            has_row = accept & (taus[first] >= tau) & (taus[first] < tau_next)
+            next_save = taus[jnp.minimum(first, n_save - 1)]
+            has_row = accept & (first < n_save) & (next_save < tau_next)
         rows = write_row(
             c["rows"], has_row, n, tau, h_used, y,
-            row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row),
+            row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row), first,
         )
         n_new = n + accept.astype(jnp.int32)
         small = dict(h=h_next, cstate=cstate, result=result,
@@ -313,9 +323,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
         )
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
-                               final["k0"])
+                               final["k0"], taus)
         return ForwardOutput(
-            ys=interpolate(plan.weights, rows, taus),
+            ys=interpolate(plan.weights, rows, taus, save_rows(rows)),
             integral=final["integral"],
             grid=final["grid"],
             num_accepted=num_accepted,

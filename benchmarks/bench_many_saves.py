@@ -1,0 +1,119 @@
+"""Many save times: the cost of evaluating ``n_save`` times on the dense output.
+
+The steps do not depend on the save times, so a solve with ``n_save`` save times takes
+the same steps as one without; what the saves add is one row of dense output per step
+that holds saves, a prefix sum over the save times (which row each reads), one gather
+and one polynomial evaluation per save (forward), and their transposes (gradient).
+Compares, in one interleaved run, the same solve and gradient with ``n_save`` save times
+and with none (``y(t1)`` only), for several ``n_save`` and ``max_steps``: the cost must
+follow ``n_save``, never ``n_save * max_steps``.
+
+    python benchmarks/bench_many_saves.py            # -> results/many-saves.json
+    python benchmarks/bench_many_saves.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxadjoint as ja  # noqa: E402
+from _common import compile_jitted, time_interleaved, write_json  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def lotka_volterra(t, y, args):
+    a, b, c, d = args
+    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
+
+
+def glv(t, y, args):
+    r, A = args
+    return y * (r + A @ y)
+
+
+def problems():
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
+    return {
+        "lotka-volterra N=2": (lotka_volterra, jnp.array([1.0, 1.0]),
+                               jnp.array([1.5, 1.0, 3.0, 1.0]), 10.0, 1e-5),
+        "glv N=10": (glv, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 10.0,
+                     1e-6),
+    }
+
+
+def measure(name, problem, n_save, max_steps, budget):
+    rhs, y0, args, t1, tol = problem
+    ts = jnp.linspace(0.0, t1, n_save)
+
+    def solve(args, saveat):
+        return ja.solve(rhs, y0, 0.0, t1, args, saveat=saveat, rtol=tol, atol=tol,
+                        max_steps=max_steps)
+
+    def forward(args, ts):
+        return solve(args, ts).ys
+
+    def forward_none(args):
+        return solve(args, None).ys
+
+    def grad(args, ts):
+        return jax.grad(lambda a: jnp.sum(solve(a, ts).ys ** 2))(args)
+
+    def grad_none(args):
+        return jax.grad(lambda a: jnp.sum(solve(a, None).ys ** 2))(args)
+
+    compiled = {
+        "forward, saves": compile_jitted(forward, args, ts, clear_caches=False)[0],
+        "forward, none": compile_jitted(forward_none, args, clear_caches=False)[0],
+        "gradient, saves": compile_jitted(grad, args, ts, clear_caches=False)[0],
+        "gradient, none": compile_jitted(grad_none, args, clear_caches=False)[0],
+    }
+    calls = {
+        "forward, saves": lambda: compiled["forward, saves"](args, ts),
+        "forward, none": lambda: compiled["forward, none"](args),
+        "gradient, saves": lambda: compiled["gradient, saves"](args, ts),
+        "gradient, none": lambda: compiled["gradient, none"](args),
+    }
+    timings = time_interleaved(calls, budget_s=budget, max_repeats=41)
+    steps = int(solve(args, ts).stats["num_accepted_steps"])
+    records = []
+    for op in ("forward", "gradient"):
+        with_saves, none = timings[f"{op}, saves"], timings[f"{op}, none"]
+        records.append(dict(
+            problem=name, operation=op, n_save=n_save, max_steps=max_steps, steps=steps,
+            median_s=with_saves.median, min_s=with_saves.min, max_s=with_saves.max,
+            none_median_s=none.median, ratio=with_saves.median / none.median,
+        ))
+        print(f"{name:20s} {op:9s} n_save={n_save:6d} max_steps={max_steps:6d} steps={steps:3d}"
+              f"  {with_saves.median * 1e3:7.3f} ms vs {none.median * 1e3:7.3f} ms without"
+              f"  ratio {with_saves.median / none.median:5.2f}")
+    return records
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--budget", type=float, default=2.0)
+    options = parser.parse_args()
+    sizes = [(100, 4096), (10_000, 4096)] if options.quick else [
+        (100, 4096), (1000, 4096), (10_000, 4096), (10_000, 16_384)]
+    records = []
+    for name, problem in problems().items():
+        for n_save, max_steps in sizes:
+            records += measure(name, problem, n_save, max_steps, options.budget)
+    out = os.path.join(HERE, "results", "many-saves-quick.json" if options.quick
+                       else "many-saves.json")
+    write_json(out, records, benchmark="many save times against none, interleaved")
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
