@@ -23,8 +23,9 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import jaxadjoint as ja  # noqa: E402
 from _common import compile_jitted, time_interleaved, write_json  # noqa: E402
+
+import jaxadjoint as ja  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
