@@ -354,7 +354,7 @@ plt.show()
 #
 # **Adjoint, RK4 (tables 2 and 3): we differ, and we are confident the paper's values are off.**
 # Our discrete adjoint reproduces the closed-form derivative of the RK4 iteration to round-off (table
-# above, ~1e-14), and so does `DiscreteForward`; their error against the PDE (8.135, 0.785, 0.275)
+# above, below 1e-13), and so does `DiscreteForward`; their error against the PDE (8.135, 0.785, 0.275)
 # equals the CFSA column to every digit, as it must: RK4's time error at these steps
 # ($|h\lambda_h| \le 10^{-3}$) is far below the printed precision, so every consistent method sees only
 # the spatial error. The paper's RK4 Adjoint values are lower by an offset that is the same for all

@@ -223,9 +223,10 @@ plt.show()
 #   $10^{-7}$ the lines are straight and parallel (left panel): the sensitivity error is the solution
 #   error times a nearly constant factor, as in the paper for its method, FATODE and DENSERKS. At
 #   loose tolerances ($10^{-3}$–$10^{-5}$) the sensitivity error is relatively larger: there the step
-#   size is set by stability, not accuracy (right panel: the controller oscillates around
-#   $h \approx 10^{-3}$ with rejected steps), and the number of steps hardly changes from $10^{-3}$ to
-#   $10^{-6}$ (tables above).
+#   size is set by stability, not accuracy (right panel: at $10^{-6}$ the step size zigzags from one
+#   step to the next, around $1.1\cdot10^{-3}$ at first and rising to $2\cdot10^{-3}$, the signature of
+#   a stability limit), and the number of steps hardly changes from $10^{-3}$ to $10^{-6}$ (tables
+#   above).
 # * **No cut-off at $10^{-11}$.** The paper's curves flatten around $10^{-11}$ because its MATLAB
 #   reference was computed at $2.5\cdot10^{-14}$. Our `Vern8` reference at $10^{-14}$ agrees with SciPy's
 #   `DOP853` on the forward-sensitivity system to $6\cdot10^{-18}$ in the sensitivity (printed above),

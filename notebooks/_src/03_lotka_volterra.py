@@ -370,8 +370,10 @@ plt.show()
 # **Figure 3 (methods) — agrees with the paper.**
 #
 # * *The discrete adjoint wins as soon as there are many parameters.* At $N = 2$ ($P = 6$) the
-#   forward sensitivity is the fastest, as expected for few parameters; at $N = 10$ the discrete
-#   adjoint is already several times faster, and at $N = 30, 40$ one to two orders of magnitude faster
+#   methods are within a few times of each other: forward sensitivity is about as fast as the discrete
+#   adjoint, as expected for few parameters, and the backward-state continuous adjoint, whose steps
+#   are the cheapest at this size, is the fastest; at $N = 10$ the discrete adjoint is already several
+#   times faster, and at $N = 30, 40$ one to two orders of magnitude faster
 #   than every other method at equal error. The paper puts the cross-over "at around $N = 10$" and
 #   reports "almost one order of magnitude" over CFSA at $N = 40$; our cross-over is a little earlier
 #   and the gap larger, plausibly because `ForwardSensitivity` also puts the $N\cdot P$ sensitivities
@@ -395,18 +397,22 @@ plt.show()
 #
 # **Figure 4 (implementations).** The paper's peers are not in JAX, so our comparison is with diffrax,
 # on the same data, in the same run. The discrete adjoint is faster than reverse-mode autodiff through
-# diffrax's solver loop (`RecursiveCheckpointAdjoint`) at every size and tolerance here, by 2.6× to
-# 5.7× (3–4× typically, see the table), at the same accuracy for the same tolerance (both use Dopri5
+# diffrax's solver loop (`RecursiveCheckpointAdjoint`) at every size and tolerance here, by 1.5× to
+# 5× (2–4× typically, see the table), at the same accuracy for the same tolerance (both use Dopri5
 # with an I controller; their step grids differ slightly). `BacksolveAdjoint` fails at the loosest
-# tolerances (its backward state solve hits `max_steps`, the same instability as CASA) and is 15–19×
+# tolerances (its backward state solve hits `max_steps`, the same instability as CASA) and is 11–24×
 # slower where it succeeds, which is why it is only tried at $N = 10$. Cash–Karp with the odeint
-# controller costs 0–30 % more than Dopri5 with the I controller at equal tolerance, for similar
-# errors; the paper's finding that the Dopri5-based FATODE and PETSc are much faster than its
-# Cash–Karp code at $N = 10$ is therefore about implementations, not tableaus. (Timings on this shared
-# machine vary by tens of percent between runs; the ratios are stable to about that.)
+# controller takes about as long as Dopri5 with the I controller at equal tolerance, for similar
+# errors (0.8–1.35× in 19 of the 24 cases; up to 2× at $N = 10$, where a call takes about a
+# millisecond and timing noise is largest); the paper's finding that the Dopri5-based FATODE and PETSc
+# are much faster than its Cash–Karp code at $N = 10$ is therefore about implementations, not
+# tableaus. (This run shared the machine's two cores with other jobs: absolute times are several
+# times those of a quiet machine, and single ratios vary by tens of percent between runs. The
+# benchmark in `benchmarks/`, on a quiet machine with interleaved calls, finds diffrax's full
+# Jacobian 1.9–5× slower on this problem.)
 #
 # **Figure 5 (scaling) — agrees.** The paper finds its adjoint's time growing about linearly in
-# $N + P$. Our fitted exponents are 0.84–1.09 for `jaxadjoint` (about 1.1 for diffrax): near
+# $N + P$. Our fitted exponents are 0.78–1.03 for `jaxadjoint` (0.97–1.12 for diffrax): near
 # linear over $N + P$ from 10 to 40 000. Counting arithmetic, the full Jacobian costs $N$ reverse sweeps
 # of $O(N^2)$ vector–Jacobian products per stage, $O(N^3) = O((N+P)^{3/2})$ per step; batching the $N$
 # sweeps into matrix–matrix products (the SIMD idea of the paper, here done by XLA) keeps the observed
