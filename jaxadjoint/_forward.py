@@ -191,7 +191,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     eps = jnp.finfo(dtype).eps
     live = tuple(m for m in plan.live if m < plan.num_main)
     evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
-    num_rows = system.max_steps + 1 if system.dense else min(n_save, system.max_steps) + 1
+    # Without save times (y(t1) only) the final state is the only row: no row in the loop.
+    rows_in_loop = system.dense or system.interpolate_saves or system.land_on_ts
+    if system.dense:
+        num_rows = system.max_steps + 1
+    else:
+        num_rows = min(n_save, system.max_steps) + 1 if rows_in_loop else 1
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
@@ -278,17 +283,19 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         store = recorder.record(c["store"], n, y, step, live, active)
         # A row of dense output for an accepted step that holds save times (every step
         # with `dense`): the saves are evaluated on it after the loop.
-        # The first save at or after tau (unrolled: no inner loop in the step).
-        first = jnp.searchsorted(taus, tau, side="left", method="scan_unrolled")
-        if system.dense:
-            has_row = accept
-        else:
-            next_save = taus[jnp.minimum(first, n_save - 1)]
-            has_row = accept & (first < n_save) & (next_save < tau_next)
-        rows = write_row(
-            c["rows"], has_row, n, tau, h_used, y,
-            row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row), first,
-        )
+        rows = c["rows"]
+        if rows_in_loop:
+            # The first save at or after tau (unrolled: no inner loop in the step).
+            first = jnp.searchsorted(taus, tau, side="left", method="scan_unrolled")
+            if system.dense:
+                has_row = accept
+            else:
+                next_save = taus[jnp.minimum(first, n_save - 1)]
+                has_row = accept & (first < n_save) & (next_save < tau_next)
+            rows = write_row(
+                rows, has_row, n, tau, h_used, y,
+                row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row), first,
+            )
         n_new = n + accept.astype(jnp.int32)
         small = dict(h=h_next, cstate=cstate, result=result,
                      num_steps=c["num_steps"] + 1)
