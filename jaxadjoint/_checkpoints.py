@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._forward import Recorder, write_slot
-from ._reverse import reverse_all_steps
+from ._batched_reverse import reverse_all_steps
 from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised

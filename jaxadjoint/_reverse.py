@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._lanes import any_lane_cond
 from ._solvers import linear_combination, stage_time
 from ._system import System
 
@@ -113,7 +114,7 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
         shapes = jax.eval_shape(vjp, cotangent)
         return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    return jax.lax.cond(h != 0, vjp, skip, cotangent)
+    return any_lane_cond(h != 0, vjp, skip, cotangent)
 
 
 def _stage_adjoints(
