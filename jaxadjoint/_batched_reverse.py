@@ -57,15 +57,7 @@ from jax import Array
 
 from . import _reverse
 from ._lanes import lanes_where
-from ._reverse import (
-    block_size,
-    initial_block,
-    inject_saves,
-    params_cotangent,
-    reverse_step,
-    reverse_step_state,
-    tree_add,
-)
+from ._reverse import inject_saves, reverse_step
 from ._system import System
 
 
@@ -131,82 +123,27 @@ def _shared_loop(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple
         return read(n), grid[n], grid[n + 1]
 
     def start(a: tuple, _: Any) -> dict:
-        system, params, _, _, num_steps, read, lam, pbar, _, ys_bar, save_state_index = a
-        y, stages = read(jnp.int32(0))
-        y = stages[0] if y is None else y
-        rows = initial_block(system, params, lam, y)
+        _, _, _, _, num_steps, _, lam, pbar, _, ys_bar, save_state_index = a
         j = jnp.int32(save_state_index.shape[0] - 1)
         lam, j = inject_saves(lam, ys_bar, save_state_index, j, num_steps)
-        carry = dict(n=num_steps - 1, data=read_step(a, num_steps - 1), lam=lam, j=j, pbar=pbar)
-        if rows is not None:
-            carry.update(rows=rows, pending=jnp.array(False), last_slot=jnp.int32(0))
-        return carry
-
-    lanes = jnp.zeros((axis_size,), jnp.int32)
-    carry = each(start)(dyn, lanes)
-    joint = "rows" not in carry  # each stage's VJP gives its parameter part (no rows)
-
-    def block_of(a: tuple) -> int:
-        return 1 if joint else block_size(a[1], a[6].shape[-1])
+        return dict(n=num_steps - 1, data=read_step(a, num_steps - 1), lam=lam, j=j, pbar=pbar)
 
     def advance(a: tuple, c: dict) -> dict:
-        """One reverse step of one lane (as in `_reverse.reverse_sweep`), without the
-        block's parameter adjoint."""
-        system, params, direction, _, num_steps, _, _, _, mu, ys_bar, save_state_index = a
-        n, ((y, stages), tau, t_next), lam = c["n"], c["data"], c["lam"]
-        new = dict(c)
-        if joint:
-            lam, new["pbar"] = reverse_step(
-                system, tau, t_next - tau, y, stages, lam, mu, params, direction, c["pbar"]
-            )
-        else:
-            lam, cot = reverse_step_state(
-                system, tau, t_next - tau, y, stages, lam, mu, params, direction
-            )
-            block = block_of(a)
-            slot = (num_steps - 1 - n) % block
-            new["rows"] = _reverse._write_rows(c["rows"], cot, slot)
-            new["last_slot"] = slot
-            # The block is due once complete, or at the lane's first step (n == 0).
-            new["pending"] = c["pending"] | (slot == block - 1) | (n == 0)
-            new["complete"] = slot == block - 1
-        new["lam"], new["j"] = inject_saves(lam, ys_bar, save_state_index, c["j"], n)
-        new["n"] = n - 1
-        new["data"] = read_step(a, n - 1)
-        return new
-
-    def add_block(a: tuple, c: dict) -> dict:
-        """Add the pending block's parameter adjoint to ``pbar`` (as `reverse_sweep`'s
-        ``add_block``); a lane with nothing pending adds nothing."""
-        system, params, direction, _, _, _, _, _, mu, _, _ = a
-        rows, pending = c["rows"], c["pending"]
-        block = block_of(a)
-        per_slot = rows.times.shape[0] // block
-        per_quad = rows.quad_times.shape[0] // block
-        # Rows after the last slot written belong to steps below 0: zero cotangents.
-        written = (jnp.arange(block, dtype=jnp.int32) <= c["last_slot"]) & pending
-        rows = rows._replace(
-            kbars=jnp.where(jnp.repeat(written, per_slot)[:, None], rows.kbars, 0),
-            quad_weights=jnp.where(jnp.repeat(written, per_quad), rows.quad_weights, 0),
+        """One reverse step of one lane: `reverse_step`, parameters stage by stage."""
+        system, params, direction, _, _, _, _, _, mu, ys_bar, save_state_index = a
+        n, ((y, stages), tau, t_next) = c["n"], c["data"]
+        lam, pbar = reverse_step(
+            system, tau, t_next - tau, y, stages, c["lam"], mu, params, direction, c["pbar"]
         )
-        added = tree_add(c["pbar"], params_cotangent(system, params, direction, rows, mu))
-        pbar = jax.tree.map(lambda new, old: jnp.where(pending, new, old), added, c["pbar"])
-        return dict(c, pbar=pbar, pending=jnp.array(False))
+        lam, j = inject_saves(lam, ys_bar, save_state_index, c["j"], n)
+        return dict(n=n - 1, data=read_step(a, n - 1), lam=lam, j=j, pbar=pbar)
 
     def running(c: dict) -> Array:
         return c["n"] >= 0
 
     def body(c: dict) -> dict:
-        active = running(c)
-        new = each(advance)(dyn, c)
-        if joint:
-            return lanes_where(active, new, c)
-        complete = new.pop("complete")
-        c = lanes_where(active, new, c)
-        # Add the blocks when some lane completed one (the same iteration for every lane:
-        # see the module docstring) or when no lane has steps left.
-        flush = jnp.any(active & complete) | ~jnp.any(running(c))
-        return jax.lax.cond(flush, each(add_block), lambda d, c: c, dyn, c)
+        return lanes_where(running(c), each(advance)(dyn, c), c)
 
+    carry = each(start)(dyn, jnp.zeros((axis_size,), jnp.int32))
     final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
     return final["lam"], final["pbar"]
