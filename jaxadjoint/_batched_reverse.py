@@ -48,7 +48,7 @@ one up to the rounding of XLA's batched kernels (`tests/test_batched_reverse.py`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -59,6 +59,45 @@ from . import _reverse
 from ._lanes import lanes_where
 from ._reverse import inject_saves, reverse_step
 from ._system import System
+
+
+def batch_over_solves(
+    one: Callable[..., Any],
+    lanes: Callable[[Callable, Any, int, Any], Any],
+    args: tuple,
+    control: Callable[[tuple], Any],
+) -> Any:
+    """``one(*args)``, with ``lanes`` as its rule under `jax.vmap` when lanes differ.
+
+    ``args`` is a tuple of pytrees (arrays are its dynamic leaves; functions must be
+    closure-converted first).  Under `jax.vmap`, if the leaf ``control(args)`` (the step
+    count) is batched, the batch runs ``lanes(unpack, axes, axis_size, dyn)``: ``dyn``
+    holds the array leaves (batched ones with the lane axis in front, as ``axes`` says)
+    and ``unpack(d)`` rebuilds ``args`` from one lane's leaves (inside `jax.vmap` over
+    ``axes``).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
+    cotangent seeds) and the batch runs `jax.vmap` of ``one``, whose loops and branches
+    then have unbatched predicates.  Outputs come out batched.
+    """
+    dynamic, static = eqx.partition(args, eqx.is_array)
+
+    def unpack(dyn: Any) -> tuple:
+        return eqx.combine(dyn, static)
+
+    @jax.custom_batching.custom_vmap
+    def run(dyn: Any) -> Any:
+        return one(*unpack(dyn))
+
+    @run.def_vmap
+    def run_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[Any, Any]:
+        (batched,) = in_batched
+        axes = jax.tree.map(lambda b: 0 if b else None, batched)
+        if control(unpack(batched)) is True:
+            out = lanes(unpack, axes, axis_size, dyn)
+        else:
+            out = jax.vmap(lambda d: one(*unpack(d)), in_axes=(axes,), axis_size=axis_size)(dyn)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return run(dynamic)
 
 
 def reverse_all_steps(
@@ -82,68 +121,91 @@ def reverse_all_steps(
     read = eqx.filter_closure_convert(read, jnp.int32(0))
     args = (system, params, direction, grid, num_steps, read, lam, pbar, mu, ys_bar,
             save_state_index)
-    dynamic, static = eqx.partition(args, eqx.is_array)
 
-    def unpack(dyn: Any) -> tuple:
-        return eqx.combine(dyn, static)
+    def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple[Array, Any]:
+        def lane(d: Any) -> Lane:
+            system, params, direction, grid, _, read, _, _, mu, ys_bar, save_state_index = (
+                unpack(d)
+            )
+            return Lane(system, params, direction, grid, read, mu, ys_bar, save_state_index)
 
-    @jax.custom_batching.custom_vmap
-    def sweep(dyn: Any) -> tuple[Array, Any]:
-        return _reverse.reverse_all_steps(*unpack(dyn))
+        def start(d: Any) -> tuple:
+            a = unpack(d)
+            num_steps, lam, pbar, save_state_index = a[4], a[6], a[7], a[10]
+            j = jnp.int32(save_state_index.shape[0] - 1)
+            return num_steps, jnp.zeros_like(num_steps), lam, pbar, j
 
-    @sweep.def_vmap
-    def sweep_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[tuple, Any]:
-        (batched,) = in_batched
-        axes = jax.tree.map(lambda b: 0 if b else None, batched)
-        num_steps_batched = unpack(batched)[4]
-        if num_steps_batched is True:
-            out = _shared_loop(unpack, axes, axis_size, dyn)
-        else:
-            # Every lane takes the same steps (`jax.jacrev`: lanes are cotangent seeds):
-            # `vmap` of one sweep has an unbatched loop and branch predicates already.
-            out = jax.vmap(
-                lambda d: _reverse.reverse_all_steps(*unpack(d)), in_axes=(axes,),
-                axis_size=axis_size,
-            )(dyn)
-        return out, jax.tree.map(lambda _: True, out)
+        n_hi, n_lo, lam, pbar, j = jax.vmap(start, in_axes=(axes,), axis_size=axis_size)(dyn)
+        lam, pbar, _ = lanes_sweep(lane, axes, axis_size, dyn, n_hi, n_lo, lam, pbar, j)
+        return lam, pbar
 
-    return sweep(dynamic)
+    return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4])
 
 
-def _shared_loop(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple[Array, Any]:
-    """The sweeps of all lanes in one loop; ``dyn`` holds the lanes' arguments (see above)."""
+class Lane(NamedTuple):
+    """What the reverse sweep of one lane reads (its arguments to `reverse_sweep`)."""
+
+    system: System
+    params: Any
+    direction: Array
+    grid: Array
+    read: Callable[[Array], tuple[Array | None, Array | None]]
+    mu: Array
+    ys_bar: Array
+    save_state_index: Array
+
+
+def lanes_sweep(
+    lane: Callable[[Any], Lane],
+    axes: Any,
+    axis_size: int,
+    dyn: Any,
+    n_hi: Array,
+    n_lo: Array,
+    lam: Array,
+    pbar: Any,
+    j: Array,
+) -> tuple[Array, Any, Array]:
+    """Reverse steps ``n_hi - 1, ..., n_lo`` of every lane in one loop: the batched
+    `reverse_sweep`.
+
+    ``lane(d)`` gives a lane's `Lane` from its leaves of ``dyn`` (under `jax.vmap` over
+    ``axes``); ``n_hi``, ``n_lo``, ``lam``, ``pbar`` and ``j`` are batched (lane axis in
+    front) and mean what they mean for `reverse_sweep`.  Each lane reverses its steps
+    with `reverse_step` (the parameter adjoint stage by stage; see the module docstring)
+    and adds its saves with `inject_saves`; a lane whose steps are done stands still.
+    Returns ``(lam, pbar, j)``.
+    """
 
     def each(fn: Callable) -> Callable:
-        """``fn(lane arguments, lane carry)`` over the lanes (the carry is batched)."""
-        return jax.vmap(lambda d, c: fn(unpack(d), c), in_axes=(axes, 0), axis_size=axis_size)
+        """``fn(lane, lane carry)`` over the lanes (the carry is batched)."""
+        return jax.vmap(lambda d, c: fn(lane(d), c), in_axes=(axes, 0), axis_size=axis_size)
 
-    def read_step(a: tuple, n: Array) -> tuple:
-        grid, read = a[3], a[5]
-        n = jnp.maximum(n, 0)  # the read ahead of a lane's last iteration: not used
-        return read(n), grid[n], grid[n + 1]
+    def read_step(ln: Lane, n: Array, n_lo: Array) -> tuple:
+        n = jnp.maximum(n, n_lo)  # the read ahead of a lane's last iteration: not used
+        return ln.read(n), ln.grid[n], ln.grid[n + 1]
 
-    def start(a: tuple, _: Any) -> dict:
-        _, _, _, _, num_steps, _, lam, pbar, _, ys_bar, save_state_index = a
-        j = jnp.int32(save_state_index.shape[0] - 1)
-        lam, j = inject_saves(lam, ys_bar, save_state_index, j, num_steps)
-        return dict(n=num_steps - 1, data=read_step(a, num_steps - 1), lam=lam, j=j, pbar=pbar)
+    def start(ln: Lane, c: dict) -> dict:
+        lam, j = inject_saves(c["lam"], ln.ys_bar, ln.save_state_index, c["j"], c["n_hi"])
+        n = c["n_hi"] - 1
+        return dict(n=n, n_lo=c["n_lo"], data=read_step(ln, n, c["n_lo"]), lam=lam, j=j,
+                    pbar=c["pbar"])
 
-    def advance(a: tuple, c: dict) -> dict:
-        """One reverse step of one lane: `reverse_step`, parameters stage by stage."""
-        system, params, direction, _, _, _, _, _, mu, ys_bar, save_state_index = a
+    def advance(ln: Lane, c: dict) -> dict:
         n, ((y, stages), tau, t_next) = c["n"], c["data"]
         lam, pbar = reverse_step(
-            system, tau, t_next - tau, y, stages, c["lam"], mu, params, direction, c["pbar"]
+            ln.system, tau, t_next - tau, y, stages, c["lam"], ln.mu, ln.params,
+            ln.direction, c["pbar"],
         )
-        lam, j = inject_saves(lam, ys_bar, save_state_index, c["j"], n)
-        return dict(n=n - 1, data=read_step(a, n - 1), lam=lam, j=j, pbar=pbar)
+        lam, j = inject_saves(lam, ln.ys_bar, ln.save_state_index, c["j"], n)
+        return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar)
 
     def running(c: dict) -> Array:
-        return c["n"] >= 0
+        return c["n"] >= c["n_lo"]
 
     def body(c: dict) -> dict:
         return lanes_where(running(c), each(advance)(dyn, c), c)
 
-    carry = each(start)(dyn, jnp.zeros((axis_size,), jnp.int32))
+    carry = each(start)(dyn, dict(n_hi=n_hi, n_lo=n_lo, lam=lam, pbar=pbar, j=j))
     final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
-    return final["lam"], final["pbar"]
+    return final["lam"], final["pbar"], final["j"]
