@@ -24,8 +24,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax import Array
 
-from ._forward import Recorder, write_slot
 from ._batched_reverse import reverse_all_steps
+from ._forward import Recorder, write_slot
 from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised
