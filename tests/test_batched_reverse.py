@@ -139,6 +139,26 @@ def test_checkpoint_strategies_agree_under_vmap(path):
         assert _max_rel(other, grads[0]) < 1e-14
 
 
+@pytest.mark.parametrize("checkpoint", ["StoreStates", "Recursive"])
+def test_saves_integrand_and_backward_time(checkpoint):
+    """Save times (their cotangents enter the lanes' adjoints at different steps), an
+    integrand (its cotangent ``mu``), and solves backwards in time."""
+    args, y0s = _problem("one-step")
+    ck = CHECKPOINTS[checkpoint]
+
+    def loss(y0, args, t1):
+        sol = ja.solve(elementwise, y0, t1, -0.5, args, rtol=1e-7, atol=1e-7,
+                       saveat=jnp.linspace(t1, -0.5, 4)[1:], integrand=lambda t, y, a: y**2,
+                       sensitivity=ja.DiscreteAdjoint(checkpoint=ck))
+        return jnp.sum(jnp.sin(sol.ys)) + jnp.sum(sol.integral)
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    per_lane = jax.jit(jax.vmap(grad, in_axes=(0, None, 0)))(y0s, args, T1S)
+    for i in range(LANES):
+        single = jax.jit(grad)(y0s[i], args, T1S[i])
+        assert _max_rel(jax.tree.map(lambda x, i=i: x[i], per_lane), single) < 1e-12
+
+
 def test_nested_vmap_and_jacrev_of_vmap():
     """Batches of batches, and `jacrev` (seeds) around a batch of solves."""
     args, y0s = _problem("one-step")
