@@ -24,8 +24,9 @@ from typing import Any
 import jax.numpy as jnp
 from jax import Array
 
+from ._batched_reverse import reverse_all_steps
 from ._forward import Recorder, write_slot
-from ._reverse import SaveCotangents, reverse_all_steps
+from ._reverse import SaveCotangents
 from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised

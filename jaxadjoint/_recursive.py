@@ -45,8 +45,10 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._batched_reverse import batch_over_solves
 from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
+from ._lanes import any_lane_cond
 from ._reverse import add_save_state, initial_block, last_row, reverse_sweep
 from ._solvers import StepOutput, erk_step
 
@@ -80,7 +82,8 @@ def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, con
         return jax.lax.while_loop(cond, body, (jnp.int32(0), y0, k1, stack))[3]
 
     # Skip the k1 evaluation when there is nothing to replay (a leaf of one step).
-    return jax.lax.cond(num > 0, run, lambda stack: stack, stack)
+    # (`any_lane_cond`: with num == 0, `run` returns the stack unchanged.)
+    return any_lane_cond(num > 0, run, lambda stack: stack, stack)
 
 
 def _split_length(length: Array, free: Array, dtype: Any) -> Array:
@@ -165,6 +168,20 @@ class Recursive(AbstractCheckpoint):
 
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 saves):
+        # Under `vmap` over solves with different step counts the lanes share one loop
+        # (`_batched_recursive`; imported here because it builds on this module).
+        from ._batched_recursive import reverse_lanes
+
+        args = (self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
+                saves)
+        return batch_over_solves(
+            lambda checkpoint, *rest: checkpoint._reverse_one(*rest), reverse_lanes, args,
+            lambda a: a[6],
+        )
+
+    def _reverse_one(self, system, params, direction, store, grid, num_accepted, lam, pbar,
+                     mu, saves):
+        """The reverse pass of one solve."""
         stack, d = store
         size = stack.shape[0]
         count = jnp.where(num_accepted > 0, (num_accepted - 1) // d + 1, 1)

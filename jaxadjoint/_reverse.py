@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._lanes import any_lane_cond
 from ._solvers import linear_combination, stage_time
 from ._system import System
 
@@ -103,8 +104,10 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
     branch's operands and results are materialised buffers;
     `jax.lax.optimization_barrier` does not separate fusions on CPU.  The other branch
     is exact: when ``h == 0`` every ``kbar`` is ``h * (...) = 0``, and a vector–Jacobian
-    product is linear in its cotangent.  Small states skip the branch
-    (`ISOLATED_VJP_MIN_SIZE`).
+    product is linear in its cotangent.  That is also why, under `jax.vmap` with lanes
+    whose ``h`` differ, every lane may take the VJP (`_lanes.any_lane_cond`) instead of
+    `vmap`'s select of both branches, which copies the parameters once per lane.  Small
+    states skip the branch (`ISOLATED_VJP_MIN_SIZE`).
     """
     if cotangent.shape[-1] < ISOLATED_VJP_MIN_SIZE:
         return vjp(cotangent)
@@ -113,7 +116,7 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
         shapes = jax.eval_shape(vjp, cotangent)
         return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    return jax.lax.cond(h != 0, vjp, skip, cotangent)
+    return any_lane_cond(h != 0, vjp, skip, cotangent)
 
 
 def _stage_adjoints(

@@ -1,0 +1,282 @@
+"""The reverse pass of a batch of solves under `jax.vmap` (many initial states, one model).
+
+Under `vmap` over solves whose step counts differ, the lanes share one reverse loop
+(`jaxadjoint._batched_reverse`, `jaxadjoint._batched_recursive`).  Checked here:
+
+1. each lane's gradient is the unbatched gradient of that solve, for `vmap(grad)` (one
+   gradient per lane) and for `grad(vmap)` (JAX sums the lanes of the shared parameters),
+   with lanes that take different numbers of steps, on all three reverse paths (blocks of
+   steps, one step, joint stage VJPs), all three checkpoint strategies, per-lane end times
+   and nested `vmap`;
+2. what the batched reverse loop compiles to: the parameters of the right-hand side are
+   shared by the lanes, not copied per lane, and the per-lane parameter cotangent is not
+   selected twice per iteration (both were the cost of `vmap` of the one-solve sweep).
+
+The forward solves of a batch round like the unbatched ones only up to XLA's vector
+rounding (the controller's error norm is a reduction), so gradients are compared to a
+relative 1e-12, not bit for bit; the lanes' step counts are checked to be equal to the
+unbatched ones first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend import core as jex
+
+import jaxadjoint as ja
+from jaxadjoint import _reverse
+
+LANES = 5
+T1S = jnp.asarray([1.0, 3.0, 2.0, 0.5, 4.0])  # per-lane end times: different step counts
+
+
+def elementwise(t, y, args):
+    a, b, c, d = args
+    return -a * y + b * jnp.tanh(c * y + d) + 0.1 * jnp.cos(t)
+
+
+def _args(n: int, many: bool, seed: int = 0) -> tuple:
+    """``many``: four parameter vectors of length ``n`` (>= 1024 parameters: blocks of steps
+    in the unbatched sweep); else two vectors and two scalars."""
+    rng = np.random.default_rng(seed)
+    vectors = tuple(jnp.asarray(rng.uniform(0.5, 1.5, n)) for _ in range(4 if many else 2))
+    return vectors if many else vectors + (jnp.asarray(1.0), jnp.asarray(0.2))
+
+
+# (state size, many parameters): the three paths of the unbatched reverse sweep.
+PATHS = {
+    "blocks": (256, True),  # blocks of four steps, isolated stage VJPs (branches)
+    "one-step": (3, False),  # a block of one step, no branches
+    "joint": (40, False),  # joint stage VJPs in branches, no block rows
+}
+CHECKPOINTS = {
+    "StoreStates": ja.StoreStates(), "StoreStages": ja.StoreStages(),
+    "Recursive": ja.Recursive(3),
+}
+
+
+def _problem(path: str):
+    n, many = PATHS[path]
+    args = _args(n, many, seed=n)
+    y0s = jnp.asarray(np.random.default_rng(n + 1).uniform(-2.0, 2.0, (LANES, n)))
+    return args, y0s
+
+
+def _solve(y0, args, t1, checkpoint):
+    return ja.solve(elementwise, y0, 0.0, t1, args, rtol=1e-7, atol=1e-7,
+                    sensitivity=ja.DiscreteAdjoint(checkpoint=checkpoint))
+
+
+def _loss(y0, args, t1, checkpoint):
+    return jnp.sum(jnp.sin(_solve(y0, args, t1, checkpoint).ys[0]))
+
+
+def _max_rel(x, y) -> float:
+    xs, ys = jax.tree.leaves(x), jax.tree.leaves(y)
+    num = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(xs, ys))
+    return num / max(max(float(jnp.max(jnp.abs(b))) for b in ys), 1e-300)
+
+
+def test_paths_are_the_intended_ones():
+    for path, (n, many) in PATHS.items():
+        args = _args(n, many)
+        blocks, joint = _reverse.block_size(args, n), _reverse.joint_stage_vjps(args, n)
+        assert (blocks, joint) == {"blocks": (4, False), "one-step": (1, False),
+                                   "joint": (1, True)}[path]
+
+
+@pytest.mark.parametrize("checkpoint", list(CHECKPOINTS))
+@pytest.mark.parametrize("path", list(PATHS))
+def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
+    args, y0s = _problem(path)
+    ck = CHECKPOINTS[checkpoint]
+    steps = jax.jit(jax.vmap(
+        lambda y0, t1: _solve(y0, args, t1, ck).stats["num_accepted_steps"]
+    ))(y0s, T1S)
+    single_steps = [int(_solve(y0s[i], args, T1S[i], ck).stats["num_accepted_steps"])
+                    for i in range(LANES)]
+    assert list(np.asarray(steps)) == single_steps
+    assert len(set(single_steps)) >= 3  # lanes stop at different steps
+
+    grad = jax.grad(_loss, argnums=(0, 1))
+    single = [jax.jit(grad, static_argnums=3)(y0s[i], args, T1S[i], ck) for i in range(LANES)]
+
+    # vmap(grad): one gradient per lane.
+    per_lane = jax.jit(jax.vmap(grad, in_axes=(0, None, 0, None)), static_argnums=3)(
+        y0s, args, T1S, ck
+    )
+    for i in range(LANES):
+        assert _max_rel(jax.tree.map(lambda x, i=i: x[i], per_lane), single[i]) < 1e-12
+
+    # grad(vmap): JAX sums the lanes' cotangents of the shared parameters.
+    def summed_loss(y0s, args):
+        return jnp.sum(jax.vmap(_loss, in_axes=(0, None, 0, None))(y0s, args, T1S, ck))
+
+    g_y0s, g_args = jax.jit(jax.grad(summed_loss, argnums=(0, 1)))(y0s, args)
+    assert _max_rel(g_y0s, jnp.stack([g[0] for g in single])) < 1e-12
+    total = jax.tree.map(lambda *gs: sum(gs), *[g[1] for g in single])
+    assert _max_rel(g_args, total) < 1e-12
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_checkpoint_strategies_agree_under_vmap(path):
+    """To rounding, not bit for bit: XLA fuses the lanes' loop differently around each
+    strategy's reads (as it did before the shared loop; the unbatched sweeps are bitwise,
+    `test_bitwise.py`)."""
+    args, y0s = _problem(path)
+    grads = [
+        jax.jit(jax.vmap(jax.grad(_loss, argnums=(0, 1)), in_axes=(0, None, 0, None)),
+                static_argnums=3)(y0s, args, T1S, ck)
+        for ck in CHECKPOINTS.values()
+    ]
+    for other in grads[1:]:
+        assert _max_rel(other, grads[0]) < 1e-14
+
+
+@pytest.mark.parametrize("checkpoint", ["StoreStates", "Recursive"])
+def test_saves_integrand_and_backward_time(checkpoint):
+    """Save times (their cotangents enter the lanes' adjoints at different steps), an
+    integrand (its cotangent ``mu``), and solves backwards in time."""
+    args, y0s = _problem("one-step")
+    ck = CHECKPOINTS[checkpoint]
+
+    def loss(y0, args, t1):
+        sol = ja.solve(elementwise, y0, t1, -0.5, args, rtol=1e-7, atol=1e-7,
+                       saveat=jnp.linspace(t1, -0.5, 4)[1:], integrand=lambda t, y, a: y**2,
+                       sensitivity=ja.DiscreteAdjoint(checkpoint=ck))
+        return jnp.sum(jnp.sin(sol.ys)) + jnp.sum(sol.integral)
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    per_lane = jax.jit(jax.vmap(grad, in_axes=(0, None, 0)))(y0s, args, T1S)
+    for i in range(LANES):
+        single = jax.jit(grad)(y0s[i], args, T1S[i])
+        assert _max_rel(jax.tree.map(lambda x, i=i: x[i], per_lane), single) < 1e-12
+
+
+def test_nested_vmap_and_jacrev_of_vmap():
+    """Batches of batches, and `jacrev` (seeds) around a batch of solves."""
+    args, y0s = _problem("one-step")
+    ck = ja.StoreStates()
+    grad = jax.grad(_loss, argnums=(0, 1))
+    grid_y0s = jnp.stack([y0s, 0.5 * y0s])  # (2, LANES, n)
+    nested = jax.jit(jax.vmap(jax.vmap(grad, in_axes=(0, None, 0, None)),
+                              in_axes=(0, None, None, None)), static_argnums=3)(
+        grid_y0s, args, T1S, ck
+    )
+    for k in range(2):
+        for i in range(LANES):
+            single = grad(grid_y0s[k, i], args, T1S[i], ck)
+            assert _max_rel(jax.tree.map(lambda x, k=k, i=i: x[k, i], nested), single) < 1e-12
+
+    def finals(args):
+        return jax.vmap(lambda y0, t1: _solve(y0, args, t1, ck).ys[0])(y0s, T1S)
+
+    jac = jax.jit(jax.jacrev(finals))(args)
+    for i in range(LANES):
+        single = jax.jacrev(lambda a, i=i: _solve(y0s[i], a, T1S[i], ck).ys[0])(args)
+        assert _max_rel(jax.tree.map(lambda x, i=i: x[i], jac), single) < 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# What the batched reverse loop compiles to (a neural ODE: parameters shared by the lanes).
+
+WIDTH = 24  # the hidden width: (WIDTH, WIDTH) is the shape of the shared weight matrix
+
+
+def _subjaxprs(eqn) -> Iterator[jex.Jaxpr]:
+    for value in eqn.params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, jex.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jex.Jaxpr):
+                yield v
+
+
+def _equations(jaxpr: jex.Jaxpr) -> Iterator:
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in _subjaxprs(eqn):
+            yield from _equations(sub)
+
+
+def per_lane_weight_costs(jaxpr: jex.Jaxpr, lanes: int) -> list[dict[str, int]]:
+    """For each ``while`` loop that carries a per-lane copy of the (WIDTH, WIDTH) weight's
+    cotangent: how often its body (branches and inner loops included) broadcasts the
+    shared weight to the lanes, multiplies by such a per-lane copy, and selects a per-lane
+    weight-shaped array."""
+    weight, per_lane = (WIDTH, WIDTH), (lanes, WIDTH, WIDTH)
+    found = []
+    for eqn in _equations(jaxpr):
+        if eqn.primitive.name != "while":
+            continue
+        body = eqn.params["body_jaxpr"].jaxpr
+        if per_lane not in [v.aval.shape for v in body.invars]:
+            continue
+        counts = {"broadcasts": 0, "products": 0, "selects": 0}
+        for e in _equations(body):
+            out = e.outvars[0].aval.shape if e.outvars else ()
+            if e.primitive.name == "broadcast_in_dim" and out == per_lane \
+                    and e.invars[0].aval.shape == weight:
+                counts["broadcasts"] += 1
+            elif e.primitive.name == "dot_general" and any(
+                    getattr(v.aval, "shape", None) == per_lane for v in e.invars):
+                counts["products"] += 1
+            elif e.primitive.name == "select_n" and out == per_lane:
+                counts["selects"] += 1
+        found.append(counts)
+    return found
+
+
+def _mlp_batch_jaxpr(checkpoint) -> jex.Jaxpr:
+    mlp = eqx.nn.MLP(2, 2, WIDTH, depth=2, activation=jax.nn.softplus,
+                     key=jax.random.PRNGKey(0))
+    mlp = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, mlp)
+    params, static = eqx.partition(mlp, eqx.is_array)
+    y0s = jnp.asarray(np.random.default_rng(1).uniform(-1.0, 1.0, (LANES, 2)))
+
+    def loss(params, y0s):
+        model = eqx.combine(params, static)
+
+        def final(y0):
+            return ja.solve(lambda t, y, args: model(y), y0, 0.0, 5.0, rtol=1e-6, atol=1e-6,
+                            sensitivity=ja.DiscreteAdjoint(checkpoint=checkpoint)).ys[0]
+
+        return jnp.sum(jax.vmap(final)(y0s) ** 2)
+
+    return jax.make_jaxpr(jax.grad(loss))(params, y0s).jaxpr
+
+
+@pytest.mark.parametrize("checkpoint", list(CHECKPOINTS))
+def test_batched_reverse_shares_the_parameters(checkpoint):
+    """No copy of the weights per lane, no product with one, and one select (lanes that
+    are done stand still) of the per-lane weight cotangent per loop."""
+    loops = per_lane_weight_costs(_mlp_batch_jaxpr(CHECKPOINTS[checkpoint]), LANES)
+    assert loops, "no reverse loop found"
+    for counts in loops:
+        assert counts["broadcasts"] == 0 and counts["products"] == 0, counts
+        assert counts["selects"] <= 1, counts
+
+
+def test_the_check_sees_per_lane_copies():
+    """`per_lane_weight_costs` flags what `vmap` makes of a loop with a lane-dependent trip
+    count and a lane-dependent branch using shared weights (the old batched sweep)."""
+    weight = jnp.ones((WIDTH, WIDTH))
+
+    def sweep(count, v):
+        def body(carry):
+            n, acc = carry
+            grad = jax.lax.cond(n % 2 == 0, lambda w: jnp.outer(w @ v, v), jnp.zeros_like,
+                                weight)
+            return n - 1, acc + grad
+
+        return jax.lax.while_loop(lambda c: c[0] > 0, body, (count, jnp.zeros((WIDTH, WIDTH))))
+
+    jaxpr = jax.make_jaxpr(jax.vmap(sweep))(jnp.arange(LANES), jnp.ones((LANES, WIDTH))).jaxpr
+    (counts,) = per_lane_weight_costs(jaxpr, LANES)
+    assert counts["broadcasts"] >= 1 and counts["products"] >= 1 and counts["selects"] >= 2
