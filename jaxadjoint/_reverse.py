@@ -16,7 +16,8 @@ are constants.  For states of 32 components or more each stage's VJP is its own
 being re-summed inside every consumer (`_apply_vjp`).  Under `jax.vmap` over cotangent
 seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis: the stage
 values depend on the record alone, so XLA sees one unbatched stage recomputation and
-batched (matrix–matrix) vector–Jacobian products.
+batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
+step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
 
 **Bit for bit across checkpoint strategies.**  XLA on CPU compiles each fusion on its
 own and copies cheap producers (a stage recomputation) into every consumer; LLVM then
