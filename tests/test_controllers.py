@@ -80,13 +80,20 @@ def test_constant_step_grid_does_not_drift():
         n = round((t1 - t0) / dt)
         assert len(grid) == n + 1  # the save times are grid points: no extra steps
         np.testing.assert_allclose(grid, t0 + dt * np.arange(n + 1), rtol=0, atol=1e-13)
-    # Backwards, with save times off the grid: the steps after a save resume on it.
+    # Backwards, with save times off the grid: they do not change the steps (dense output);
+    # landing on them (`land_on_ts`), the steps after a save resume on the grid.
     kwargs = sc.sweep_kwargs(solver, controller=ja.ConstantStep(jnp.asarray(0.25)))
     _, _, sol = sc.run(diff, 2.1, -0.3, (1.5, 1.0, 0.05), kwargs)
     grid = sc.helpers.accepted_grid(sol)
+    on_grid = np.concatenate([2.1 - 0.25 * np.arange(10), [-0.3]])
+    np.testing.assert_allclose(grid, on_grid, rtol=0, atol=1e-13)
+    y0, args, rhs = diff
+    landing = ja.solve(rhs, y0, 2.1, -0.3, args, solver=solver, controller=ja.ConstantStep(0.25),
+                       saveat=ja.SaveAt(ts=jnp.array([1.5, 1.0, 0.05]), land_on_ts=True),
+                       max_steps=sc.MAX_STEPS)
     expected = np.sort(np.concatenate([2.1 - 0.25 * np.arange(10), [1.5, 1.0, 0.05, -0.3]]))
-    expected = expected[::-1]
-    np.testing.assert_allclose(grid, expected, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(sc.helpers.accepted_grid(landing), expected[::-1], rtol=0,
+                               atol=1e-13)
 
 
 # ------------------------------------------------------------------------------------------

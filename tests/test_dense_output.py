@@ -60,8 +60,10 @@ def replay_gradient(solver, steps):
     return jax.grad(loss, argnums=(0, 1, 2))(Y0, THETA, TS)
 
 
-@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.Tsit5(), ja.Vern6(), ja.Fehlberg45()],
-                         ids=["Dopri5", "Tsit5", "Vern6", "Fehlberg45"])
+# Three kinds of interpolant: on the step's stages (Tsit5), with extra stages (Vern6), with
+# the end stage f(t_{n+1}, y_{n+1}) of a non-FSAL method (Fehlberg45).  Dopri5: `test_land_on_ts`.
+@pytest.mark.parametrize("solver", [ja.Tsit5(), ja.Vern6(), ja.Fehlberg45()],
+                         ids=["Tsit5", "Vern6", "Fehlberg45"])
 def test_save_time_gradient_is_the_interpolants(solver):
     """d/d(ts) is the interpolant's time derivative, exactly as the replay's autodiff gives
     it (with y0 and parameters), and finite differences of the saves agree with it."""
