@@ -94,10 +94,7 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
     c = np.concatenate([tableau.c, interp.c_extra])
     used = tuple(m for m in range(s + e) if np.any(interp.weights[m] != 0))
     weights = StageWeights(interp, used)
-    end = [m for m in range(s + e) if c[m] == 1 and np.array_equal(a[m, :s], tableau.b)
-           and not np.any(a[m, s:])]
-    if tableau.fsal:
-        end.append(s - 1)
+    end = () if interp.end_stage is None else (interp.end_stage,)
     if interpolating:
         needed = [False] * (s + e)
         for m in reversed(range(s + e)):
@@ -106,7 +103,7 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
         live = tuple(m for m in range(s + e) if needed[m])
     else:
         live = tableau.live_stages
-    return StagePlan(a, b, c, s, live, used, weights, tuple(sorted(set(end))))
+    return StagePlan(a, b, c, s, live, used, weights, end)
 
 
 def saves_stage_plan(system: Any) -> StagePlan:

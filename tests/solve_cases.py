@@ -261,12 +261,13 @@ def save_points(grid: np.ndarray, saveat: np.ndarray | None, length: int = MAX_S
     return padded, index, theta
 
 
-def interpolate_saves(tableau, states, slopes, index, theta):
-    """``(states, b(theta), slopes)`` of the saves: the interpolant of ``tableau`` (data of
-    `_interpolants`) is ``y_n + h_n sum_m b_m(theta) k_m``."""
+def interpolate_saves(tableau, grid, states, slopes, index, theta):
+    """The saves ``y_n + h_n sum_m b_m(theta) k_m`` on flat states, by the interpolant of
+    ``tableau`` (data of `_interpolants`); a save at ``t_T`` (index ``T``) is ``y_T``."""
     weights = weights_at(interpolant_for(tableau), jnp.asarray(theta))  # (n_save, s + e)
     padded = jnp.concatenate([slopes, jnp.zeros_like(slopes[:1])])  # row T: theta = 0 only
-    return states, weights, padded[index]
+    h = (grid[jnp.minimum(index + 1, grid.shape[0] - 1)] - grid[index])[:, None]
+    return states[index] + h * jnp.einsum("im,imn->in", weights, padded[index])
 
 
 @eqx.filter_jit
@@ -278,9 +279,7 @@ def replay_value_and_grad(diff, grid, save_index, theta, weights, solver, with_i
         integ = integrand if with_integral else None
         states, slopes, q = replay_traced(rhs, solver.tableau, y0, args, grid, integ)
         flat_states = jax.vmap(lambda x: ravel_pytree(x)[0])(states)
-        _, w, ks = interpolate_saves(solver.tableau, flat_states, slopes, save_index, theta)
-        h = (grid[jnp.minimum(save_index + 1, grid.shape[0] - 1)] - grid[save_index])[:, None]
-        flat = flat_states[save_index] + h * jnp.einsum("im,imn->in", w, ks)
+        flat = interpolate_saves(solver.tableau, grid, flat_states, slopes, save_index, theta)
         ys = jax.vmap(ravel_pytree(y0)[1])(flat)
         return weighted_loss(ys, q, weights), (ys, q)
 
