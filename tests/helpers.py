@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import numpy as np
+from jax.extend import core as jex
 
 import jaxadjoint as ja
 
@@ -45,3 +47,21 @@ def replay(rhs, tableau, y0, args, grid, saveat=None, integrand=None):
     """Plain RK integration on ``grid``: `jaxadjoint.replay_on_grid`, whose code shares
     nothing with `solve`'s step or reverse pass (it is the textbook formulas in a scan)."""
     return ja.replay_on_grid(rhs, tableau, y0, args, grid, saveat, integrand)
+
+
+def subjaxprs(eqn) -> Iterator[jex.Jaxpr]:
+    """The jaxprs nested in an equation's parameters (loop bodies, branches, calls)."""
+    for value in eqn.params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, jex.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jex.Jaxpr):
+                yield v
+
+
+def equations(jaxpr: jex.Jaxpr) -> Iterator:
+    """Every equation of ``jaxpr``, recursively."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in subjaxprs(eqn):
+            yield from equations(sub)

@@ -20,13 +20,12 @@ unbatched ones first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import equations
 from jax.extend import core as jex
 
 import jaxadjoint as ja
@@ -194,20 +193,6 @@ def test_nested_vmap_and_jacrev_of_vmap():
 WIDTH = 24  # the hidden width: (WIDTH, WIDTH) is the shape of the shared weight matrix
 
 
-def _subjaxprs(eqn) -> Iterator[jex.Jaxpr]:
-    for value in eqn.params.values():
-        for v in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(v, jex.ClosedJaxpr):
-                yield v.jaxpr
-            elif isinstance(v, jex.Jaxpr):
-                yield v
-
-
-def _equations(jaxpr: jex.Jaxpr) -> Iterator:
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in _subjaxprs(eqn):
-            yield from _equations(sub)
 
 
 def per_lane_weight_costs(jaxpr: jex.Jaxpr, lanes: int) -> list[dict[str, int]]:
@@ -217,14 +202,14 @@ def per_lane_weight_costs(jaxpr: jex.Jaxpr, lanes: int) -> list[dict[str, int]]:
     weight-shaped array."""
     weight, per_lane = (WIDTH, WIDTH), (lanes, WIDTH, WIDTH)
     found = []
-    for eqn in _equations(jaxpr):
+    for eqn in equations(jaxpr):
         if eqn.primitive.name != "while":
             continue
         body = eqn.params["body_jaxpr"].jaxpr
         if per_lane not in [v.aval.shape for v in body.invars]:
             continue
         counts = {"broadcasts": 0, "products": 0, "selects": 0}
-        for e in _equations(body):
+        for e in equations(body):
             out = e.outvars[0].aval.shape if e.outvars else ()
             if e.primitive.name == "broadcast_in_dim" and out == per_lane \
                     and e.invars[0].aval.shape == weight:

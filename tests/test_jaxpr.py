@@ -23,13 +23,12 @@ was batched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import solve_cases as sc
+from helpers import equations, subjaxprs
 from jax.extend import core as jex
 
 import jaxadjoint as ja
@@ -66,22 +65,6 @@ def make_F(P):
     return F
 
 
-def subjaxprs(eqn) -> Iterator[jex.Jaxpr]:
-    """The jaxprs nested in an equation's parameters (loop bodies, branches, calls)."""
-    for value in eqn.params.values():
-        for v in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(v, jex.ClosedJaxpr):
-                yield v.jaxpr
-            elif isinstance(v, jex.Jaxpr):
-                yield v
-
-
-def equations(jaxpr: jex.Jaxpr) -> Iterator:
-    """Every equation of ``jaxpr``, recursively."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in subjaxprs(eqn):
-            yield from equations(sub)
 
 
 def while_loops(jaxpr: jex.Jaxpr) -> list:
