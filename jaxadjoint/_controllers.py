@@ -18,7 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
-from ._solvers import AbstractERK
+from .solvers._explicit import AbstractERK
 
 ControllerState = Any
 

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from . import _interpolants
-from ._solvers import AbstractERK, linear_combination, stage_time
 from ._uninitialised import uninitialised
+from .solvers import _interpolants
+from .solvers._explicit import AbstractERK, linear_combination, stage_time
 
 
 class StageWeights:

@@ -37,8 +37,8 @@ from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_r
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
-from ._solvers import erk_step
 from ._system import Problem, System
+from .solvers._explicit import erk_step
 
 
 def replay(

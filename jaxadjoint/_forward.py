@@ -34,10 +34,10 @@ from ._dense import (
     write_row,
 )
 from ._results import RESULTS
-from ._solvers import StepOutput, erk_step, stage_time
 from ._system import Problem, System
 from ._uninitialised import uninitialised
 from ._validation import save_times_valid
+from .solvers._explicit import StepOutput, erk_step, stage_time
 
 
 class Recorder(eqx.Module):

@@ -19,8 +19,8 @@ from ._dense import DenseInterpolation
 from ._saveat import SaveAt, as_saveat
 from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
-from ._solvers import AbstractERK, Dopri5
 from ._system import Problem, System
+from .solvers._explicit import AbstractERK, Dopri5
 
 
 def _split_params(tree: Any) -> tuple[Any, Any, Any]:

@@ -50,7 +50,7 @@ from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
 from ._lanes import any_lane_cond
 from ._reverse import add_save_state, initial_block, last_row, reverse_sweep
-from ._solvers import StepOutput, erk_step
+from .solvers._explicit import StepOutput, erk_step
 
 
 def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, consecutive):

@@ -57,8 +57,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._lanes import any_lane_cond
-from ._solvers import linear_combination, stage_time
 from ._system import System
+from .solvers._explicit import linear_combination, stage_time
 
 
 def tree_add(a: Any, b: Any) -> Any:

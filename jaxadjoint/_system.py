@@ -27,7 +27,7 @@ from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
-from ._solvers import AbstractERK
+from .solvers._explicit import AbstractERK
 
 
 class Problem(eqx.Module):

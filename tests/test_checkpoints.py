@@ -11,8 +11,8 @@ import pytest
 from helpers import accepted_grid, max_rel_diff, replay
 
 import jaxadjoint as ja
-from jaxadjoint import _solvers
 from jaxadjoint.problems import glv_problem
+from jaxadjoint.solvers import _explicit as _solvers
 
 STRATEGIES = {
     "states": ja.StoreStates(),
