@@ -29,7 +29,7 @@ from ._forward import Recorder, write_slot
 from ._reverse import SaveCotangents
 from ._system import System
 from ._uninitialised import uninitialised
-from .solvers._explicit import StepOutput
+from .solvers._base import StepOutput
 
 
 class AbstractCheckpoint(Recorder):

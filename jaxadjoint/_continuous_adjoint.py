@@ -55,7 +55,7 @@ from ._sensitivity_common import (
 )
 from ._system import Problem, System
 from ._uninitialised import uninitialised
-from .solvers._explicit import StepOutput
+from .solvers._base import StepOutput
 
 
 class _StatesAndSlopes(Recorder):

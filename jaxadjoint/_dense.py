@@ -107,8 +107,8 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
 
 
 def saves_stage_plan(system: Any) -> StagePlan:
-    """`stage_plan` of a system (`System` or a derived one)."""
-    return stage_plan(system.solver, system.interpolate_saves or system.dense)
+    """The stage plan of a system's solver (`System` or a derived one)."""
+    return system.solver.stage_plan(system.interpolate_saves or system.dense)
 
 
 class DenseRows(eqx.Module):

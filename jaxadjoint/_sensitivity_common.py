@@ -27,7 +27,7 @@ from jax.flatten_util import ravel_pytree
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
 from ._system import System
-from .solvers._explicit import AbstractERK
+from .solvers._base import AbstractSolver
 
 
 class DerivedSystem(eqx.Module):
@@ -40,7 +40,7 @@ class DerivedSystem(eqx.Module):
     """
 
     base: System
-    solver: AbstractERK
+    solver: AbstractSolver
     controller: AbstractController
     tol: Tolerances
     dt0: Array | None
