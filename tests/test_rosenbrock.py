@@ -176,3 +176,13 @@ def test_unsupported_options_raise(options, match):
     with pytest.raises(ValueError, match=match):
         ja.solve(van_der_pol_rhs, VDP_Y0, 0.0, 0.3, jnp.asarray(VDP_MU), solver=ja.Rodas5(),
                  **options)
+
+
+def test_robertson_problem():
+    """The field conserves y1 + y2 + y3 and has the textbook rates; bad t1 is rejected."""
+    y = jnp.asarray([0.7, 2e-5, 0.29998])
+    assert abs(float(jnp.sum(ROBERTSON.rhs(0.0, y, ROBERTSON.args)))) < 1e-12
+    np.testing.assert_array_equal(np.asarray(ROBERTSON.args), [0.04, 1e4, 3e7])
+    assert robertson_problem(4e10).t1 == 4e10
+    with pytest.raises(ValueError, match="t1"):
+        robertson_problem(-1.0)
