@@ -26,6 +26,7 @@ from jax import Array
 
 from ._dense import (
     DenseRows,
+    count_before,
     allocate_rows,
     interpolate,
     row_slopes,
@@ -244,7 +245,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         target = tau1
         if system.land_on_ts:
             # The first save time after tau: steps end exactly on every save time.
-            after = jnp.searchsorted(taus, tau, side="right", method="scan_unrolled")
+            after = count_before(taus, tau, inclusive=True)
             target = jnp.where(after < n_save, taus[jnp.minimum(after, n_save - 1)], tau1)
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
@@ -285,8 +286,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         # with `dense`): the saves are evaluated on it after the loop.
         rows = c["rows"]
         if rows_in_loop:
-            # The first save at or after tau (unrolled: no inner loop in the step).
-            first = jnp.searchsorted(taus, tau, side="left", method="scan_unrolled")
+            # The first save at or after tau.
+            first = count_before(taus, tau)
             if system.dense:
                 has_row = accept
             else:
