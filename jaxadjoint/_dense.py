@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from . import _interpolants
-from ._solvers import AbstractERK, linear_combination, stage_time
 from ._uninitialised import uninitialised
+from .solvers import _interpolants
+from .solvers._explicit import AbstractERK, linear_combination, stage_time
 
 
 def _sum(terms: list[Array]) -> Array:
@@ -140,8 +140,8 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
 
 
 def saves_stage_plan(system: Any) -> StagePlan:
-    """`stage_plan` of a system (`System` or a derived one)."""
-    return stage_plan(system.solver, system.interpolate_saves or system.dense)
+    """The stage plan of a system's solver (`System` or a derived one)."""
+    return system.solver.stage_plan(system.interpolate_saves or system.dense)
 
 
 class DenseRows(eqx.Module):
