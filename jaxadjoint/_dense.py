@@ -67,6 +67,10 @@ class StageWeights:
         """``(..., L)`` weights at ``theta``."""
         return _interpolants.weights_at(self.interpolant, theta)[..., list(self.stages)]
 
+    def initial_slope(self) -> float:
+        """``b_1'(0)``: 1 for every Runge–Kutta interpolant (`final_row_slopes`)."""
+        return 1.0
+
     def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
         """``y + h sum_l b_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``.
 
@@ -265,14 +269,19 @@ def row_slopes(
 
 
 def final_row_slopes(plan: StagePlan, k: Array) -> Array:
-    """The slopes of the final state's row: ``k = f(t_T, y_T)`` first, zeros after.
+    """The slopes of the final state's row: ``k / b_1'(0)`` first (``k = f(t_T, y_T)``),
+    zeros after.
 
     The row is only read at ``theta = 0``: its value is ``y_T`` bitwise and its time
-    derivative the slope (every interpolant has ``b_1'(0) = 1``, ``b_m'(0) = 0`` else).
+    derivative ``b_1'(0)`` times the first slope, i.e. ``k``.  Every Runge–Kutta interpolant
+    has ``b_1'(0) = 1`` (the slope exactly); a Rosenbrock extension's ``b_1'(0)`` is
+    another number (`_rosenbrock.RosenbrockWeights.initial_slope`).
     """
-    if plan.interpolation_stages[0] != 0:
+    if isinstance(plan.weights, StageWeights) and plan.interpolation_stages[0] != 0:
         raise AssertionError("an interpolant must read the first stage")
-    return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(k)
+    scale = plan.weights.initial_slope()
+    first = k if scale == 1 else k / scale
+    return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(first)
 
 
 def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,

@@ -60,8 +60,9 @@ def _check_family(
 ) -> None:
     """What a stiff (Rosenbrock) solver does not support yet: a clear error, not a wrong answer.
 
-    Explicit methods support everything.  Rosenbrock methods have no dense output (saves
-    must land on the grid), no quadrature of an integrand, and have been validated with
+    Explicit methods support everything.  Rosenbrock methods interpolate saves on their
+    continuous extension (a method without one needs saves on the grid), have no
+    quadrature of an integrand, and have been validated with
     `DiscreteAdjoint` (every checkpoint strategy), `DiscreteForward` and
     `FiniteDifferences` only.
     """
@@ -74,12 +75,14 @@ def _check_family(
     if integrand is not None:
         raise ValueError(f"`integrand` is not supported with {name} yet: use an explicit "
                          "solver, or add the integral as an extra state component")
-    if saveat.dense:
-        raise ValueError(f"`SaveAt(dense=True)` is not supported with {name} yet (no dense "
-                         "output): pass the times you need as `SaveAt(ts, land_on_ts=True)`")
-    if saveat.ts is not None and not saveat.land_on_ts:
-        raise ValueError(f"{name} has no dense output yet, so save times must be step "
-                         "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
+    if getattr(solver, "tableau", None) is None or solver.tableau.dense is None:
+        if saveat.dense:
+            raise ValueError(f"`SaveAt(dense=True)` is not supported with {name} (no dense "
+                             "output): pass the times you need as "
+                             "`SaveAt(ts, land_on_ts=True)`")
+        if saveat.ts is not None and not saveat.land_on_ts:
+            raise ValueError(f"{name} has no dense output, so save times must be step "
+                             "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
     if isinstance(sensitivity, (ContinuousAdjoint, ForwardSensitivity)):
         raise ValueError(f"`sensitivity={type(sensitivity).__name__}()` is not supported "
                          f"with {name} yet: use `DiscreteAdjoint`, `DiscreteForward` or "

@@ -1,7 +1,9 @@
 """Rosenbrock solvers: exact discrete adjoint, sensitivities, stiffness, unsupported options.
 
 * The gradient equals `jax.grad` of a plain replay of the Rosenbrock formulas on the
-  recorded grid (written out below with `jnp.linalg.solve`, no shared code), to round-off.
+  recorded grid (written out below with `jnp.linalg.solve`, no shared code), to round-off,
+  also with saves on the continuous extension and with `SaveAt(dense=True)`; the
+  extension has its order and does not change the steps.
 * Robertson's sensitivities to the three rates match SciPy's Radau on the augmented
   forward-sensitivity system.
 * On stiff Van der Pol an explicit method takes many times the steps of Rodas5.
@@ -26,8 +28,14 @@ VDP_MU = 1e3
 VDP_Y0 = jnp.asarray(van_der_pol_initial_state(VDP_MU))
 
 
-def replay(rhs, tableau, y0, args, grid):
-    """``y_T`` of the Rosenbrock formulas on ``grid``: J by `jax.jacfwd`, dense solves."""
+def replay(rhs, tableau, y0, args, grid, ts=None):
+    """``y_T`` of the Rosenbrock formulas on ``grid``: J by `jax.jacfwd`, dense solves.
+
+    With save times ``ts`` (which the grid must cover): the continuous extension at each,
+    ``y_n + sum_i w_i(theta) U_i`` with ``w_i(theta) = theta (m_i + (1 - theta)
+    sum_r theta^r H_ri)`` on the step holding it (``t = t_T``: ``y_T``, with slope
+    ``f(t_T, y_T)`` in time).
+    """
     g, s = tableau.gamma, tableau.num_stages
 
     def step(y, times):
@@ -44,10 +52,26 @@ def replay(rhs, tableau, y0, args, grid):
                  + sum((g * tableau.C[i, j] * us[j] for j in range(i)), jnp.zeros_like(y))
                  + g * tableau.d[i] * h * h * f_t)
             us.append(jnp.linalg.solve(matrix, r))
-        return y + sum(tableau.m[i] * us[i] for i in range(s)), None
+        return y + sum(tableau.m[i] * us[i] for i in range(s)), (y, jnp.stack(us))
 
     grid = jnp.asarray(grid)
-    return jax.lax.scan(step, y0, (grid[:-1], grid[1:]))[0]
+    y_final, (ys, us) = jax.lax.scan(step, y0, (grid[:-1], grid[1:]))
+    if ts is None:
+        return y_final
+    # The step of each save (a constant); a save at t_T is the final state (theta = 0).
+    index = jnp.searchsorted(grid, jax.lax.stop_gradient(ts), side="right") - 1
+    index = jnp.minimum(index, grid.shape[0] - 1)
+    ys = jnp.concatenate([ys, y_final[None]])
+    us = jnp.concatenate([us, jnp.zeros_like(us[:1])])
+    grid_h = jnp.concatenate([grid[1:] - grid[:-1], jnp.ones(1)])
+    theta = (ts - grid[index]) / grid_h[index]
+    inner = sum(theta[:, None] ** r * jnp.asarray(row) for r, row in enumerate(tableau.dense))
+    w = theta[:, None] * (jnp.asarray(tableau.m) + (1 - theta[:, None]) * inner)
+    # The final state's slope is f(t_T, y_T): the derivative of a save at t_T in time.
+    last = grid.shape[0] - 1
+    at_end = jnp.where(index == last, ts - grid[last], 0.0)[:, None]
+    end_slope = at_end * rhs(grid[last], y_final, args)
+    return ys[index] + jnp.einsum("ti,tin->tn", w, us[index]) + end_slope
 
 
 CASES = {
@@ -77,6 +101,112 @@ def test_gradient_is_the_replays(case):
     # Per parameter: the rates of Robertson differ by 9 orders of magnitude.
     ours_p, ref_p = np.atleast_1d(ours[1]), np.atleast_1d(reference[1])
     assert np.all(np.abs(ours_p - ref_p) <= 1e-12 * np.abs(ref_p)), (ours_p, ref_p)
+
+
+SAVES = {"vdp-mu1e3": jnp.array([0.0, 0.0137, 0.1, 0.2718, 0.3]),
+         "robertson": jnp.array([0.0, 0.4, 3.3, 17.0, 40.0])}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_interpolated_saves_gradient_is_the_replays(case):
+    """Saves on the continuous extension (the default): the values and dL/d(y0, args, ts)
+    equal `jax.grad` of the replay plus the same interpolation, on the recorded grid; the
+    steps are those of the solve without saves, and the saves at t0, t1 are bitwise."""
+    rhs, y0, args, t1, solver, rtol, atol = CASES[case]
+    ts = SAVES[case]
+    weights = jnp.sin(jnp.arange(ts.shape[0] * y0.shape[0], dtype=y0.dtype) + 1.0)
+    weights = weights.reshape(ts.shape[0], y0.shape[0])
+
+    def loss(y0, args, ts):
+        sol = ja.solve(rhs, y0, 0.0, t1, args, solver=solver, rtol=rtol, atol=atol,
+                       saveat=ts)
+        return jnp.sum(sol.ys * weights), sol
+
+    (value, sol), ours = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        y0, args, ts)
+    plain = ja.solve(rhs, y0, 0.0, t1, args, solver=solver, rtol=rtol, atol=atol)
+    np.testing.assert_array_equal(np.asarray(sol.steps), np.asarray(plain.steps))
+    np.testing.assert_array_equal(np.asarray(sol.ys[-1]), np.asarray(plain.ys[-1]))
+    np.testing.assert_array_equal(np.asarray(sol.ys[0]), np.asarray(y0))
+    grid = accepted_grid(sol)
+
+    def replay_loss(y0, args, ts):
+        return jnp.sum(replay(rhs, solver.tableau, y0, args, grid, ts) * weights)
+
+    reference = jax.grad(replay_loss, argnums=(0, 1, 2))(y0, args, ts)
+    assert abs(replay_loss(y0, args, ts) - value) < 1e-13 * max(1.0, abs(value))
+    assert max_rel_diff(ours[0], reference[0]) < 1e-12
+    ours_p, ref_p = np.atleast_1d(ours[1]), np.atleast_1d(reference[1])
+    assert np.all(np.abs(ours_p - ref_p) <= 1e-12 * np.abs(ref_p)), (ours_p, ref_p)
+    # d/dts: the interpolant's own slope; at t0 and t1 (nodes) f(t, y) itself.
+    assert max_rel_diff(ours[2], reference[2]) < 1e-11
+
+
+@pytest.mark.parametrize("solver, order", [(ja.Rodas3(), 2), (ja.Rodas4(), 3),
+                                           (ja.Rodas5(), 4)], ids=["rodas3", "rodas4",
+                                                                   "rodas5"])
+def test_continuous_extension_order(solver, order):
+    """One step of size h on a smooth non-autonomous problem: the extension's error at
+    theta = 0.3, 0.75 is O(h^(order + 1)); at theta = 1 it is y_1 to round-off."""
+
+    def rhs(t, y, args):
+        return jnp.stack([y[1], -args * jnp.sin(y[0]) + jnp.cos(t)])
+
+    y0, t0 = jnp.array([0.3, -0.2]), 0.1
+    thetas = jnp.array([0.3, 0.75, 1.0])
+
+    @jax.jit
+    def one_step(h):
+        sol = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
+                       controller=ja.ConstantStep(h), saveat=t0 + thetas * h)
+        end = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
+                       controller=ja.ConstantStep(h))
+        return sol.ys, end.ys[-1], sol.stats["num_accepted_steps"]
+
+    def exact(t):
+        def f(t, y):
+            return [y[1], -np.sin(y[0]) + np.cos(t)]
+        return solve_ivp(f, (t0, t), np.asarray(y0), method="DOP853", rtol=1e-13,
+                         atol=1e-15).y[:, -1]
+
+    hs = 0.2 / 2.0 ** np.arange(4)
+    errors = []
+    for h in hs:
+        ys, y1, steps = one_step(h)
+        assert int(steps) == 1
+        errors.append([np.abs(ys[i] - exact(t0 + float(thetas[i]) * h)).max()
+                       for i in range(2)])
+        # theta = 1 interpolates row n at its end: y_{n+1} to round-off.
+        assert max_rel_diff(ys[2], y1) < 1e-15
+    slopes = np.diff(np.log(np.array(errors)), axis=0) / np.diff(np.log(hs))[:, None]
+    assert np.all(np.abs(slopes - (order + 1)) < 0.2), slopes
+
+
+def test_dense_solution_is_differentiable():
+    """`SaveAt(dense=True)`: `sol.evaluate` agrees with the saves and its gradient in
+    (y0, args, t) is the replay's (Rodas4 on Van der Pol)."""
+    rhs, y0, args, t1, _, rtol, atol = CASES["vdp-mu1e3"]
+    solver, ts = ja.Rodas4(), SAVES["vdp-mu1e3"]
+    times = jnp.array([0.0, 0.05, 0.123, 0.3])
+
+    def loss(y0, args, times):
+        sol = ja.solve(rhs, y0, 0.0, t1, args, solver=solver, rtol=rtol, atol=atol,
+                       saveat=ja.SaveAt(ts=ts, dense=True))
+        return jnp.sum(jnp.cos(times)[:, None] * sol.evaluate(times)), sol
+
+    (value, sol), ours = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        y0, args, times)
+    np.testing.assert_allclose(sol.evaluate(ts), sol.ys, rtol=1e-14, atol=0)
+    grid = accepted_grid(sol)
+
+    def replay_loss(y0, args, times):
+        ys = replay(rhs, solver.tableau, y0, args, grid, times)
+        return jnp.sum(jnp.cos(times)[:, None] * ys)
+
+    reference = jax.grad(replay_loss, argnums=(0, 1, 2))(y0, args, times)
+    assert abs(replay_loss(y0, args, times) - value) < 1e-13 * max(1.0, abs(value))
+    for a, b in zip(ours, reference):
+        assert max_rel_diff(a, b) < 1e-11
 
 
 def _robertson_jacobian(strategy):
@@ -165,12 +295,10 @@ def test_jacobian_failure_is_reported_not_nan():
     "options, match",
     [
         (dict(integrand=lambda t, y, a: y), "integrand"),
-        (dict(saveat=jnp.array([0.1, 0.2])), "land_on_ts=True"),
-        (dict(saveat=ja.SaveAt(dense=True)), "dense"),
         (dict(sensitivity=ja.ContinuousAdjoint()), "ContinuousAdjoint"),
         (dict(sensitivity=ja.ForwardSensitivity()), "ForwardSensitivity"),
     ],
-    ids=["integrand", "interpolated-saves", "dense", "continuous-adjoint", "forward-sens"],
+    ids=["integrand", "continuous-adjoint", "forward-sens"],
 )
 def test_unsupported_options_raise(options, match):
     with pytest.raises(ValueError, match=match):

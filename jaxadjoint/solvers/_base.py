@@ -35,7 +35,9 @@ class StepOutput(NamedTuple):
     y_new: Array
     y_error: Array | None  # the embedded error estimate; None without an embedded pair
     stages: list[Array]  # Y_m (stage inputs); stages[0] is y_n
-    ks: list[Array]  # k_m = f(t_m, Y_m) (stage slopes); ks[0] is f(t_n, y_n)
+    # k_m = f(t_m, Y_m) (stage slopes; for a Rosenbrock step, the slopes U_m / h of its
+    # dense output after ks[0]); ks[0] is f(t_n, y_n)
+    ks: list[Array]
 
 
 class AbstractSolver(eqx.Module):

@@ -28,9 +28,18 @@ never a second derivative tensor.  Then ``lam_n = lam + sum_i Ybar_i + ybar``.
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
 the forward step runs, so the reverse pass linearises at bitwise the forward values.
 
-**Dense output.**  Not yet: saves must be nodes (``SaveAt(ts, land_on_ts=True)``), which
-the plan of `node_plan` supports (a save at ``t_n`` is ``y_n``; its time derivative is
-``f(t_n, y_n)``).
+**Dense output** (`RosenbrockWeights`, `dense_plan`).  The continuous extension of
+`_rosenbrock_tableaus` is linear in the ``U_i``::
+
+    y(t_n + theta h) = y_n + sum_i w_i(theta) U_i = y_n + h sum_i w_i(theta) (U_i / h),
+
+which is the form `_dense` evaluates, with the slopes ``U_i / h`` (the step's ``ks[1:]``;
+``ks[0]`` is ``f(t_n, y_n)``, the slope of a save at a node under `node_plan`) and the
+weights ``b_i = w_i``.  So a save's cotangent ``ybar`` reaches the step as ``kbar_i =
+h w_i(theta) ybar`` (`_dense.row_cotangents`), and the adjoint above starts from
+``Ubar_i = m_i lam + kbar_i / h + ...``: nothing else changes.  ``w_1'(0)`` is not 1, so
+the final state's row holds ``f(t_T, y_T) / w_1'(0)`` (`_dense.final_row_slopes`) for the
+time derivative of a save at ``t_T`` to be ``f(t_T, y_T)``.  Saves do not change the steps.
 """
 
 from __future__ import annotations
@@ -113,7 +122,9 @@ def rosenbrock_step(
     st = _stages(tableau, f, t, y, h, k1, t_next)
     y_new = _combine(y, tableau.m, st.us)
     y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
-    return StepOutput(y_new, y_error, st.stages, st.ks)
+    # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
+    # continuous extension reads (`RosenbrockWeights`).
+    return StepOutput(y_new, y_error, st.stages, [k1] + [u / h for u in st.us])
 
 
 def _solve_transposed(lu: tuple[Array, Array], v: Array) -> Array:
@@ -123,9 +134,13 @@ def _solve_transposed(lu: tuple[Array, Array], v: Array) -> Array:
 
 def rosenbrock_reverse_step(
     tableau: RosenbrockTableau, system: Any, tau: Array, t_next: Array, y: Array,
-    lam: Array, params: Any, direction: Array, pbar: Any,
+    lam: Array, params: Any, direction: Array, pbar: Any, kbar_saves: Array | None = None,
 ) -> tuple[Array, Any]:
-    """Adjoint of one Rosenbrock step (module docstring): ``(lam_n, pbar + dL/dparams)``."""
+    """Adjoint of one Rosenbrock step (module docstring): ``(lam_n, pbar + dL/dparams)``.
+
+    ``kbar_saves`` ``(..., s, N)``: cotangents of the dense-output slopes ``U_i / h`` from
+    saves inside the step; they add ``kbar_i / h`` to ``Ubar_i``.
+    """
     h = t_next - tau
     s, gamma = tableau.num_stages, tableau.gamma
 
@@ -147,6 +162,9 @@ def rosenbrock_reverse_step(
             + [gamma * tableau.C[q, i] for q in later],
             [lam] + [stage_bars[q] for q in later] + [rbars[q] for q in later],
         )
+        if kbar_saves is not None:
+            save_bar = kbar_saves[..., i, :] / h
+            ubar = save_bar if ubar is None else ubar + save_bar
         if ubar is None:
             ubar = jnp.zeros_like(lam)
         rbars[i] = _solve_transposed(st.lu, ubar)
@@ -174,6 +192,70 @@ def rosenbrock_reverse_step(
     return lam_n, pbar
 
 
+class RosenbrockWeights:
+    """The continuous extension of a Rosenbrock method as `_dense` evaluates it (static data).
+
+    ``y(t_n + theta h) = y_n + sum_i w_i(theta) U_i`` with (Hairer & Wanner's RODAS form)
+    ``w_i(theta) = theta (m_i + (1 - theta) sum_r theta^r H_ri)``: the rows hold the slopes
+    ``k_i = U_i / h`` and the weights are ``b_i(theta) = w_i(theta)``.  Evaluated in that
+    nested form, so ``theta = 0`` gives ``y_n`` bitwise and ``theta = 1`` the weights ``m``
+    exactly.  Equal (and hashed) by the identity of the tableau, a module constant.
+    """
+
+    def __init__(self, tableau: RosenbrockTableau):
+        if tableau.dense is None:
+            raise ValueError(f"{tableau.name} has no continuous extension")
+        self.tableau = tableau
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RosenbrockWeights) and other.tableau is self.tableau
+
+    def __hash__(self) -> int:
+        return hash(id(self.tableau))
+
+    def _weights(self, theta: Array) -> list[Array]:
+        tableau, one_minus = self.tableau, 1 - theta
+        out = []
+        for i in range(tableau.num_stages):
+            inner = None
+            for row in tableau.dense[::-1]:
+                term = jnp.full_like(theta, float(row[i]))
+                inner = term if inner is None else term + theta * inner
+            out.append(theta * (float(tableau.m[i]) + one_minus * inner))
+        return out
+
+    def __call__(self, theta: Array) -> Array:
+        """``(..., s)`` weights at ``theta``."""
+        return jnp.stack(self._weights(theta), axis=-1)
+
+    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
+        """``y + h sum_i b_i(theta) k_i`` for ``theta (M,)``, ``y (M, N)``, ``k (M, s, N)``."""
+        terms = [w[:, None] * k[:, i, :] for i, w in enumerate(self._weights(theta))]
+        acc = terms[0]
+        for term in terms[1:]:
+            acc = acc + term
+        return y + h[:, None] * acc
+
+    def initial_slope(self) -> float:
+        """``b_1'(0) = m_1 + H_11``: the final state's row holds ``f(t_T, y_T) / b_1'(0)``."""
+        return float(self.tableau.m[0] + self.tableau.dense[0, 0])
+
+
+def dense_plan(tableau: RosenbrockTableau) -> Any:
+    """The `_dense.StagePlan` of interpolated saves: the slopes ``U_i / h`` (`step`'s
+    ``ks[1:]``; ``ks[0]`` is ``f(t_n, y_n)``), ``y_n`` kept."""
+    from .._dense import StagePlan  # _dense builds on the explicit family
+
+    if tableau.dense is None:
+        raise NotImplementedError(f"{tableau.name} has no continuous extension")
+    s = tableau.num_stages
+    return StagePlan(
+        a=np.zeros((s + 1, s + 1)), b=np.zeros(s + 1), c=np.zeros(s + 1), num_main=s + 1,
+        live=(0,), interpolation_stages=tuple(range(1, s + 1)),
+        weights=RosenbrockWeights(tableau), end_stages=(),
+    )
+
+
 # A save must be a node: the value y_n (weight 0 at theta = 0) and, for its time
 # derivative, the slope f(t_n, y_n) (weight theta: b'(0) = 1).
 _NODE_VALUES = Interpolant(
@@ -183,7 +265,8 @@ _NODE_VALUES = Interpolant(
 
 
 def node_plan() -> Any:
-    """The `_dense.StagePlan` of a family without dense output: nodes only, ``y_n`` kept."""
+    """The `_dense.StagePlan` of saves at nodes (``land_on_ts``, or ``y(t1)`` only):
+    ``y_n`` kept, the slope ``f(t_n, y_n)`` for a save's time derivative."""
     from .._dense import StagePlan, StageWeights  # _dense builds on the explicit family
 
     return StagePlan(
@@ -199,9 +282,10 @@ class AbstractRosenbrock(AbstractSolver):
     Robertson's, discretised diffusion): the step size is bounded by accuracy, not by
     stability.  ``J = df/dy`` is computed by `jax.jacfwd` (``N`` forward-mode products per
     step), so the cost per step grows like ``N^3`` (the LU) for large states.  Gradients
-    are the exact discrete adjoint (module docstring).  Saves must be nodes of the step
-    grid (``SaveAt(ts, land_on_ts=True)``); `StoreStages` keeps ``y_n`` only (the stages
-    need the factorisation anyway, so it is `StoreStates`).
+    are the exact discrete adjoint (module docstring).  Saves and ``SaveAt(dense=True)``
+    are evaluated on the method's continuous extension, without changing the steps;
+    `StoreStages` keeps ``y_n`` only (the stages need the factorisation anyway, so it is
+    `StoreStates`).
     """
 
     tableau: ClassVar[RosenbrockTableau]
@@ -232,17 +316,13 @@ class AbstractRosenbrock(AbstractSolver):
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
         del mu  # no integrand with Rosenbrock methods (`solve` rejects it)
-        if kbar_saves is not None:
-            raise NotImplementedError("Rosenbrock methods have no interpolated saves")
         y = stages[0] if y is None else y
         return rosenbrock_reverse_step(
-            self.tableau, system, tau, t_next, y, lam, params, direction, pbar
+            self.tableau, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves
         )
 
     def stage_plan(self, interpolating: bool) -> Any:
-        if interpolating:
-            raise NotImplementedError("Rosenbrock methods have no dense output yet")
-        return node_plan()
+        return dense_plan(self.tableau) if interpolating else node_plan()
 
 
 class Rodas3(AbstractRosenbrock):

@@ -15,6 +15,15 @@ One LU factorisation of ``I - gamma h J`` serves every stage.
 The classical form of the same method, ``(alpha, Gamma, b)`` with ``Gamma`` lower triangular
 and ``diag(Gamma) = gamma``, follows from ``Gamma^{-1} = diag(1/gamma) - C``,
 ``alpha = a Gamma``, ``b = m Gamma``; the nodes are ``c = alpha 1`` and ``d = Gamma 1``.
+**Dense output** (Hairer & Wanner's RODAS form): ``y(t_n + theta h) = y_n + sum_i w_i(theta)
+U_i`` with ``w_i(theta) = theta (m_i + (1 - theta) sum_r theta^r H_ri)``, so ``w(0) = 0`` and
+``w(1) = m``.  In the classical form its weights are ``b(theta) = w(theta) Gamma``; order
+``q`` needs the continuous order conditions, e.g. ``sum_j b_j(theta) = theta`` and
+``sum_j b_j(theta) beta_j = theta^2 / 2 - gamma theta`` (``beta = c + d - gamma``).  Rodas4
+and Rodas5 use the published ``H`` (orders 3 and 4); for Rodas3, which has none, the row
+``H = (3, -1, 0, 0)`` is the one on ``U_1, U_2`` that solves ``H Gamma 1 = 0`` and ``H Gamma
+beta = -1/2`` (order 2).  ``tests/test_rosenbrock.py`` checks the orders by convergence.
+
 `RosenbrockTableau` checks those sums on creation, and ``tests/test_rosenbrock_tableaus.py``
 checks the classical form against the order conditions of Rosenbrock methods (rooted trees,
 Hairer & Wanner II, Theorem IV.7.?: Butcher's with ``alpha + Gamma`` on the edge below a
@@ -44,6 +53,9 @@ class RosenbrockTableau:
         m: ``(s,)`` weights of the propagated solution.
         m_error: ``(s,)`` weights of the error estimate, ``m - m_embedded``.
         order, error_order: orders of the propagated and the embedded solution.
+        dense: ``(r, s)`` coefficients ``H`` of the continuous extension (module docstring),
+            or ``None`` if the method has none.
+        dense_order: the order of the continuous extension (uniformly in ``theta``).
     """
 
     name: str
@@ -56,10 +68,13 @@ class RosenbrockTableau:
     m_error: np.ndarray
     order: int
     error_order: int
+    dense: np.ndarray | None = None
+    dense_order: int = 0
 
     def __post_init__(self) -> None:
         arrays = {}
-        for key in ("a", "C", "c", "d", "m", "m_error"):
+        keys = ("a", "C", "c", "d", "m", "m_error") + (() if self.dense is None else ("dense",))
+        for key in keys:
             x = np.array(getattr(self, key), dtype=np.float64)
             x.setflags(write=False)
             arrays[key] = x
@@ -72,6 +87,11 @@ class RosenbrockTableau:
         for key in ("c", "d", "m_error"):
             if arrays[key].shape != (s,):
                 raise ValueError(f"{self.name}: {key} must have shape ({s},)")
+        if "dense" in arrays and (arrays["dense"].ndim != 2 or arrays["dense"].shape[1] != s):
+            raise ValueError(f"{self.name}: dense must be (r, {s})")
+        if ("dense" in arrays) != (1 <= self.dense_order <= self.order):
+            raise ValueError(f"{self.name}: a continuous extension needs 1 <= dense_order "
+                             "<= order (and dense_order = 0 without one)")
         if not all(np.all(np.isfinite(x)) for x in arrays.values()) or not self.gamma > 0:
             raise ValueError(f"{self.name}: coefficients must be finite and gamma > 0")
         for key, x in arrays.items():
@@ -89,6 +109,15 @@ class RosenbrockTableau:
     @property
     def num_stages(self) -> int:
         return self.m.shape[0]
+
+    def dense_weights(self, theta: float) -> np.ndarray:
+        """``w(theta)`` ``(s,)``: the continuous extension is ``y_n + sum_i w_i(theta) U_i``."""
+        if self.dense is None:
+            raise ValueError(f"{self.name} has no continuous extension")
+        inner = np.zeros(self.num_stages)
+        for row in self.dense[::-1]:
+            inner = row + theta * inner
+        return theta * (self.m + (1 - theta) * inner)
 
     @property
     def big_gamma(self) -> np.ndarray:
@@ -123,7 +152,8 @@ def _lower(rows: Sequence[Sequence[float]]) -> np.ndarray:
 
 def _stiffly_accurate(
     name: str, gamma: float, a: list[list[float]], C: list[list[float]], c: list[float],
-    d: list[float], order: int, error_order: int,
+    d: list[float], order: int, error_order: int, dense: list[list[float]] | None = None,
+    dense_order: int = 0,
 ) -> RosenbrockTableau:
     """A RODAS-type method, stiffly accurate: the stages after the first at ``c = 1`` add
     one ``U`` each.
@@ -131,6 +161,7 @@ def _stiffly_accurate(
     ``a`` lists the rows of stages 2 .. ``k``, the first with ``c = 1``; each later stage
     ``i`` starts from ``Y_{i-1} + U_{i-1}``, the last one (``Y_s``, without ``U_s``) is the
     embedded solution and ``y_{n+1} = Y_s + U_s``, so the error estimate is ``U_s`` itself.
+    ``dense`` lists the rows of ``H``, each padded with zeros to ``s`` entries.
     """
     rows = [list(r) for r in a]
     s = len(c)
@@ -142,6 +173,8 @@ def _stiffly_accurate(
     return RosenbrockTableau(
         name=name, gamma=gamma, a=_lower(rows), C=_lower(C), c=np.array(c), d=np.array(d),
         m=m, m_error=m_error, order=order, error_order=error_order,
+        dense=None if dense is None else np.array([list(r) + [0.0] * (s - len(r)) for r in dense]),
+        dense_order=dense_order,
     )
 
 
@@ -154,6 +187,10 @@ RODAS3 = _stiffly_accurate(
     d=[0.5, 1.5, 0.0, 0.0],
     order=3,
     error_order=2,
+    # No continuous extension is published: derived here, the one row H supported on
+    # U_1, U_2 that meets the continuous conditions of order 2 (module docstring).
+    dense=[[3.0, -1.0]],
+    dense_order=2,
 )
 """Rodas3 (Sandu, Verwer, Blom, Spee, Carmichael, Potra 1997): order 3(2), 4 stages,
 stiffly accurate and L-stable; the cheap pair for loose tolerances."""
@@ -179,6 +216,14 @@ RODAS4 = _stiffly_accurate(
     d=[0.25, -0.1043, 0.1035, -0.0362, 0.0, 0.0],
     order=4,
     error_order=3,
+    # Hairer & Wanner's RODAS (METH = 1): their D2j, D3j.
+    dense=[
+        [10.12623508344586, -7.487995877610167, -34.80091861555747, -7.992771707568823,
+         1.025137723295662],
+        [-0.6762803392801253, 6.087714651680015, 16.43084320892478, 24.76722511418386,
+         -6.594389125716872],
+    ],
+    dense_order=3,
 )
 """Rodas4 (Hairer & Wanner, Solving ODEs II, IV.7, Table 7.?; their code RODAS): order
 4(3), 6 stages, stiffly accurate and L-stable."""
@@ -211,6 +256,17 @@ RODAS5 = _stiffly_accurate(
        -0.377417564392089818, 0.0, 0.0, 0.0],
     order=5,
     error_order=4,
+    # As published with OrdinaryDiffEq.jl's Rodas5 (its H matrix; entries of size 1e-13
+    # there, zeros in exact arithmetic, are kept as published).
+    dense=[
+        [27.354592673333357, -6.925207756232857, 26.40037733258859, 0.5635230501052979,
+         -4.699151156849391, -1.6008677469422725, -1.5306074446748028, -1.3929872940716344],
+        [44.19024239501722, 1.3677947663381929e-13, 202.93261852171622, -35.5669339789154,
+         -181.91095152160645, 3.4116351403665033, 2.5793540257308067, 2.2435122582734066],
+        [-44.0988150021747, -5.755396159656812e-13, -181.26175034586677, 56.99302194811676,
+         183.21182741427398, -7.480257918273637, -5.792426076169686, -5.32503859794143],
+    ],
+    dense_order=4,
 )
 """Rodas5 (Di Marzo 1993; Hairer & Wanner's RODAS5): order 5(4), 8 stages, stiffly
 accurate and L-stable; the default stiff solver for tight tolerances."""
