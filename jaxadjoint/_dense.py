@@ -92,7 +92,7 @@ class StageWeights:
             terms = [float(bern[m, i]) * basis[i] for i in range(degree + 1) if bern[m, i] != 0]
             rest.append(_sum(terms) if terms else jnp.zeros_like(theta))
         first = theta - _sum(rest) if rest else theta
-        acc = _sum([w[:, None] * k[:, l, :] for l, w in enumerate([first, *rest])])
+        acc = _sum([w[:, None] * k[:, j, :] for j, w in enumerate([first, *rest])])
         return y + h[:, None] * acc
 
 

@@ -26,8 +26,8 @@ from jax import Array
 
 from ._dense import (
     DenseRows,
-    count_before,
     allocate_rows,
+    count_before,
     interpolate,
     row_slopes,
     save_rows,

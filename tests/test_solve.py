@@ -174,4 +174,5 @@ def test_args_may_be_a_module_with_non_array_fields():
     for a, b in zip(jax.tree.leaves(eqx.filter(g1, eqx.is_array)),
                     jax.tree.leaves(eqx.filter(g2, eqx.is_array))):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-16)
-    assert any(float(jnp.max(jnp.abs(a))) > 0 for a in jax.tree.leaves(eqx.filter(g1, eqx.is_array)))
+    leaves = jax.tree.leaves(eqx.filter(g1, eqx.is_array))
+    assert any(float(jnp.max(jnp.abs(a))) > 0 for a in leaves)
