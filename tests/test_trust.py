@@ -110,3 +110,26 @@ def test_identifiability_input_errors():
         ja.identifiability(np.ones(3), scale="none")
     report = ja.identifiability(S[0], scale="none")
     assert report.rank == 1 and report.state_influence is None
+
+
+def _check(grid, tighter, fd, grid_expected="round-off"):
+    def row(diff, expected, threshold):
+        verdict = "round-off" if diff <= 1e-12 else "truncation" if diff <= threshold else "WRONG"
+        return ja.GradientComparison("x", np.zeros(1), diff, expected, threshold, verdict)
+
+    grid_threshold = 1e-12 if grid_expected == "round-off" else 1e-4
+    comparisons = (row(grid, grid_expected, grid_threshold), row(tighter, "truncation", 1e-4),
+                   row(fd, "truncation", 1e-3))
+    return ja.GradientCheck(jnp.zeros(1), "M", 1e-6, 1e-6, 1e-12, 1e-4, comparisons)
+
+
+def test_check_gradient_summaries():
+    # The diagnosis that each pattern of verdicts leads to (no solves: the rows are given).
+    assert _check(1e-15, 1e-5, 1e-4).summary.startswith("OK: the gradient is the exact")
+    assert _check(1e-5, 1e-5, 1e-4, "truncation").summary.startswith("OK: the gradient agrees")
+    assert "bug" in _check(1e-6, 1e-5, 1e-4).summary
+    unreliable = _check(1e-8, 1.0, 1.0).summary
+    assert unreliable.startswith("UNRELIABLE") and "agree only to 1e-08" in unreliable
+    assert "non-smooth" in _check(1e-15, 1e-5, 1e-1).summary
+    assert "not finite" in _check(float("inf"), 1e-5, 1e-4).summary
+    assert "truncation" in _check(1e-1, 1e-5, 1e-4, "truncation").summary
