@@ -264,7 +264,13 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
         result = c["result"]
         if controller.adaptive:
-            too_small = ~accept & (h_next <= 16 * eps * jnp.maximum(jnp.abs(tau), jnp.abs(tau1)))
+            # A step is too small when it barely moves t where the solve is (not where it
+            # ends: a long horizon such as Robertson's [0, 4e10] needs steps far below
+            # eps * t1 early on); the floor, sqrt(eps) of the interval, stops a solve that
+            # cannot leave t = 0 (a NaN right-hand side) after a few dozen rejections.
+            scale = jnp.maximum(jnp.maximum(jnp.abs(tau), jnp.abs(tau_next)),
+                                jnp.sqrt(eps) * jnp.abs(tau1 - tau0))
+            too_small = ~accept & (h_next <= 16 * eps * scale)
             result = RESULTS.where(too_small, RESULTS.nonfinite, result)
             result = RESULTS.where(too_small & finite, RESULTS.step_size_too_small, result)
         else:
