@@ -19,32 +19,22 @@ values depend on the record alone, so XLA sees one unbatched stage recomputation
 batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
 step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
 
-**Bit for bit across checkpoint strategies.**  XLA on CPU compiles each fusion on its
-own and copies cheap producers (a stage recomputation) into every consumer; LLVM then
-turns ``a * b + c`` into a fused multiply-add, and for ``a * b + c * d`` which product
-it keeps unrounded, or the order of a reduction, depends on what else the fusion holds.
-`jax.lax.optimization_barrier` does not separate fusions on CPU.  So equal gradients
-need the same fusions, and the reverse pass is arranged for that (`reverse_sweep`):
-
-- `StoreStates` and `Recursive` run the same compiled reverse step on the same states
-  (`Recursive` replays steps exactly as the forward loop takes them), and sum the
-  parameter adjoint in an order fixed by the solve.  Blocks of steps (one step for few
-  parameters and small states, four for many parameters) are fixed sets of steps
-  whatever segment a sweep covers, and a block's parameter VJP is compiled on its own
-  (a `jax.lax.cond` branch) from the block's stage rows.  Large states with few
-  parameters take joint VJPs stage by stage, each in its own branch (`_apply_vjp`), and
-  add each stage's parameter part to the running ``pbar`` on its own, so that every
-  addition has a single product operand and rounds the same in any fusion.
-- `StoreStages` linearises at the stages the forward loop computed and stored; they
-  equal the recomputed ones bit for bit.  What could still differ is how XLA compiles
-  a VJP that consumes a loaded stage rather than one computed in place: it recomputes
-  ``kbar`` inside a parameter VJP's reduction when it can.  Branches keep the stage
-  cotangents materialised on every path (`joint_stage_vjps`), which made `StoreStages`
-  bitwise too (before, Vern6/7/8 on the test problem differed by a few ulp in a scalar
-  parameter's gradient).
-
-All three give equal gradients bit for bit (checked for every solver, both paths, both
-time directions, several right-hand sides and `jax.jacrev`; `tests/test_bitwise.py`).
+**Across checkpoint strategies.**  `StoreStates`, `StoreStages` and `Recursive` run the
+same operations in the same order on the same grid: stage values are built by
+`linear_combination` wherever they are computed (forward loop, `Recursive`'s replay, this
+reverse step), and the parameter adjoint is summed in an order fixed by the solve, not by
+the strategy (`reverse_sweep`).  So their gradients agree to round-off, not always bit for
+bit: XLA optimises the forward loop, the replay and the reverse step as separate loops
+and branches, and the same operations can compile to different rounding.  LLVM contracts
+``a * b + c`` into a fused multiply-add, and for ``u v + x y`` which product it keeps
+unrounded depends on the expression around it; that expression differs where a value is a
+constant in one place and an operand in another (a `jax.lax.cond` branch sees its operands
+as unknowns: `Recursive`'s replay is a plain loop for that reason, see
+`_recursive._replay`).  The order of a reduction can also depend on the fusion.
+The reverse pass keeps the compiled arithmetic alike where it can (stage cotangents
+materialised in branches, each addition to ``pbar`` with one product operand), so the
+strategies are usually bitwise equal (`tests/test_bitwise.py` pins this on fixed cases and
+checks agreement to round-off on random ones).
 """
 
 from __future__ import annotations
