@@ -79,8 +79,8 @@ def _quadrature_stages(system: System) -> list[int]:
     return [m for m in tableau.live_stages if tableau.b[m] != 0]
 
 
-# Below this many state components a stage's cotangent is cheap to recompute, and the
-# branch (~0.2 us on CPU) costs more than it saves: Van der Pol (N = 2) ran 1.46x slower.
+# Below this many state components a stage's cotangent is cheaper to recompute than a
+# branch (~0.2 us on CPU) is to take (figures: benchmarks/README.md, "Design measurements").
 ISOLATED_VJP_MIN_SIZE = 32
 
 
@@ -90,9 +90,8 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
     XLA on CPU copies cheap elementwise producers into every consumer.  A transposed
     stencil (the right-hand side of a discretised PDE) gives a stage cotangent
     ``Ybar_m`` that is a sum of shifted arrays, never materialised: each later ``kbar``,
-    and each tap of each later stencil, summed it again.  That made the reverse step of
-    a 2-D heat equation (192 x 192) 4.8x slower than with ``Ybar_m`` materialised.  A
-    branch's operands and results are materialised buffers;
+    and each tap of each later stencil, summed it again (several times slower on a 2-D
+    heat equation).  A branch's operands and results are materialised buffers;
     `jax.lax.optimization_barrier` does not separate fusions on CPU.  The other branch
     is exact: when ``h == 0`` every ``kbar`` is ``h * (...) = 0``, and a vector–Jacobian
     product is linear in its cotangent.  That is also why, under `jax.vmap` with lanes
@@ -342,11 +341,8 @@ def block_size(params: Any, state_size: int) -> int:
     outnumber the states (an interaction matrix, a neural network).  A block also keeps
     every stage of its steps alive at once, so for large states with few parameters (a
     discretised PDE with a handful of coefficients) one step at a time uses less memory,
-    and small problems compile faster.  Measured on Lotka–Volterra (wall time, rtol 1e-8,
-    `jax.jacrev` of x(t1) with respect to ``(y0, (r, A))``, 2026-11-21): blocks take 0.68x
-    the time of one step at a time at N = 50 and 0.93x at N = 100–200; gradients are within
-    4 % either way.  (Before the stage VJPs got their own branches, `_apply_vjp`, blocks
-    were 3–5x faster: much of their gain was the same materialisation.)
+    and small problems compile faster.  The threshold is a measured trade-off
+    (benchmarks/README.md, "Design measurements").
     """
     num_params = sum(x.size for x in jax.tree.leaves(params))
     return 4 if num_params >= max(4 * state_size, 1024) else 1
@@ -358,13 +354,11 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
     True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters:
     each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees
     the same materialised ``kbar``, and the right-hand side is linearised once per stage
-    (a separate parameter VJP would linearise it again: +20–46 % on the heat equation).
-    Smaller states skip those branches (they cost more than a small stage), and XLA may
-    then recompute ``kbar`` inside the parameter VJP's reduction, rounded differently
-    depending on whether the stage was loaded or recomputed (`StoreStages` against
-    `StoreStates`: a few ulp in a scalar parameter's gradient with Vern6/7/8).  So small
-    states take the parameter adjoint per step, as a block of one step: one branch a
-    step (Van der Pol: +3 %), bitwise equal for every strategy.
+    (a separate parameter VJP would linearise it again).  Smaller states skip those
+    branches (they cost more than a small stage); XLA may then recompute ``kbar`` inside
+    the parameter VJP's reduction, rounded differently depending on whether the stage was
+    loaded (`StoreStages`) or recomputed.  So small states take the parameter adjoint per
+    step, as a block of one step: one cheap branch a step keeps the strategies alike.
     """
     return block_size(params, state_size) == 1 and state_size >= ISOLATED_VJP_MIN_SIZE
 
