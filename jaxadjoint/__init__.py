@@ -24,7 +24,8 @@ from ._results import RESULTS as RESULTS
 from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._solution import Solution as Solution
-from ._solvers import (
+from .solvers._base import AbstractSolver as AbstractSolver
+from .solvers._explicit import (
     RK4 as RK4,
     AbstractERK as AbstractERK,
     BogackiShampine as BogackiShampine,
@@ -38,7 +39,14 @@ from ._solvers import (
     Vern7 as Vern7,
     Vern8 as Vern8,
 )
-from ._tableaus import ButcherTableau as ButcherTableau
+from .solvers._rosenbrock import (
+    AbstractRosenbrock as AbstractRosenbrock,
+    Rodas3 as Rodas3,
+    Rodas4 as Rodas4,
+    Rodas5 as Rodas5,
+)
+from .solvers._rosenbrock_tableaus import RosenbrockTableau as RosenbrockTableau
+from .solvers._tableaus import ButcherTableau as ButcherTableau
 
 __version__ = "0.1.0"
 from ._continuous_adjoint import ContinuousAdjoint as ContinuousAdjoint

@@ -71,7 +71,6 @@ from ._reverse import (
     SaveCotangents,
     add_save_state,
     last_row,
-    reverse_step,
     save_slopes_cotangent,
 )
 from ._system import System
@@ -182,9 +181,9 @@ def lanes_sweep(
     ``lane(d)`` gives a lane's `Lane` from its leaves of ``dyn`` (under `jax.vmap` over
     ``axes``); ``n_hi``, ``n_lo``, ``lam``, ``pbar`` and ``j`` are batched (lane axis in
     front) and mean what they mean for `reverse_sweep`.  Each lane reverses its steps
-    with `reverse_step` (the parameter adjoint stage by stage; see the module docstring)
-    and adds its saves with `add_save_state` (and the slope cotangents of saves inside a
-    step with `save_slopes_cotangent`); a lane whose steps are done stands still.
+    with its solver's `reverse_step` (the parameter adjoint stage by stage; see the module
+    docstring) and adds its saves with `add_save_state` (and the slope cotangents of saves
+    inside a step with `save_slopes_cotangent`); a lane whose steps are done stands still.
     Returns ``(lam, pbar, j)``.
     """
 
@@ -204,7 +203,7 @@ def lanes_sweep(
 
     def advance(ln: Lane, c: dict) -> dict:
         n, ((y, stages), tau, t_next) = c["n"], c["data"]
-        lam, pbar = reverse_step(
+        lam, pbar = ln.system.solver.reverse_step(
             ln.system, tau, t_next, y, stages, c["lam"], ln.mu, ln.params,
             ln.direction, c["pbar"], save_slopes_cotangent(ln.saves, c["j"], n),
         )

@@ -29,9 +29,9 @@ from jax import Array
 from ._batched_reverse import reverse_all_steps
 from ._forward import Recorder, write_slot
 from ._reverse import SaveCotangents
-from ._solvers import StepOutput
 from ._system import System
 from ._uninitialised import uninitialised
+from .solvers._base import StepOutput
 
 
 class AbstractCheckpoint(Recorder):

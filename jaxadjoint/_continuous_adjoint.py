@@ -53,9 +53,9 @@ from ._sensitivity_common import (
     ravel,
     save_slopes,
 )
-from ._solvers import StepOutput
 from ._system import Problem, System
 from ._uninitialised import uninitialised
+from .solvers._base import StepOutput
 
 
 class _StatesAndSlopes(Recorder):

@@ -18,7 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
-from ._solvers import AbstractERK
+from .solvers._base import AbstractSolver
 
 ControllerState = Any
 
@@ -63,7 +63,7 @@ class AbstractController(eqx.Module):
         y0: Array,
         k0: Array,
         dt0: Array | None,
-        solver: AbstractERK,
+        solver: AbstractSolver,
         tol: Tolerances,
         direction: Array,
     ) -> tuple[Array, ControllerState, int]:
@@ -83,7 +83,7 @@ class AbstractController(eqx.Module):
         k0: Array,
         h: Array,
         state: ControllerState,
-        solver: AbstractERK,
+        solver: AbstractSolver,
         tol: Tolerances,
     ) -> tuple[Array, Array, ControllerState]:
         """Return ``(accept, next step, state)`` after a step of size ``h``."""
@@ -190,7 +190,7 @@ class _AdaptiveController(AbstractController):
         return initial_step(f, tau0, y0, k0, solver.order, tol), 1
 
 
-def _exponent_order(solver: AbstractERK) -> int:
+def _exponent_order(solver: AbstractSolver) -> int:
     """Order ``q`` of the error estimate's leading term is ``min(p, p_hat) + 1``."""
     return min(solver.order, solver.error_order) + 1
 

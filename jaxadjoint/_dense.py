@@ -21,6 +21,7 @@ own time derivative ``sum_m b_m'(theta) k_m``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -30,9 +31,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from . import _interpolants
-from ._solvers import AbstractERK, linear_combination, stage_time
 from ._uninitialised import uninitialised
+from .solvers import _interpolants
+from .solvers._explicit import AbstractERK, linear_combination, stage_time
+
+
+def _sum(terms: list[Array]) -> Array:
+    """``terms[0] + terms[1] + ...`` in that order."""
+    acc = terms[0]
+    for term in terms[1:]:
+        acc = acc + term
+    return acc
 
 
 class StageWeights:
@@ -57,6 +66,34 @@ class StageWeights:
     def __call__(self, theta: Array) -> Array:
         """``(..., L)`` weights at ``theta``."""
         return _interpolants.weights_at(self.interpolant, theta)[..., list(self.stages)]
+
+    def initial_slope(self) -> float:
+        """``b_1'(0)``: 1 for every Runge–Kutta interpolant (`final_row_slopes`)."""
+        return 1.0
+
+    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
+        """``y + h sum_l b_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``.
+
+        The same polynomials as `_interpolants.weights_at` (Bernstein basis, first weight
+        ``theta - sum of the others``), written as unrolled elementwise arithmetic with the
+        coefficients as constants: XLA fuses it into one loop over the times, where a
+        matrix product with a handful of columns per time runs many times slower on CPU.
+        """
+        bern = self.interpolant.bernstein
+        degree = bern.shape[1] - 1
+        one_minus = 1 - theta
+        up, down = [jnp.ones_like(theta)], [jnp.ones_like(theta)]
+        for _ in range(degree):
+            up.append(up[-1] * theta)
+            down.append(down[-1] * one_minus)
+        basis = [math.comb(degree, i) * up[i] * down[degree - i] for i in range(degree + 1)]
+        rest = []
+        for m in self.stages[1:]:
+            terms = [float(bern[m, i]) * basis[i] for i in range(degree + 1) if bern[m, i] != 0]
+            rest.append(_sum(terms) if terms else jnp.zeros_like(theta))
+        first = theta - _sum(rest) if rest else theta
+        acc = _sum([w[:, None] * k[:, j, :] for j, w in enumerate([first, *rest])])
+        return y + h[:, None] * acc
 
 
 class StagePlan(NamedTuple):
@@ -107,15 +144,16 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
 
 
 def saves_stage_plan(system: Any) -> StagePlan:
-    """`stage_plan` of a system (`System` or a derived one)."""
-    return stage_plan(system.solver, system.interpolate_saves or system.dense)
+    """The stage plan of a system's solver (`System` or a derived one)."""
+    return system.solver.stage_plan(system.interpolate_saves or system.dense)
 
 
 class DenseRows(eqx.Module):
     """Continuous extensions of some accepted steps, one row each, sorted by time.
 
-    Rows past ``count`` are allocated but never written or read (`find_rows` searches
-    the first ``count`` only), so a row buffer of ``max_steps`` costs nothing unused.
+    Rows past ``count`` are allocated but never read (`find_rows` searches the first
+    ``count`` only; slot ``count`` may hold a step without saves, see `write_row`), so a
+    row buffer of ``max_steps`` costs nothing unused.
     The last written row is the final state (``theta = 0`` only; its ``k`` holds
     ``f(t_T, y_T)`` in the first interpolation stage so that the time derivative there
     is the slope).
@@ -134,6 +172,32 @@ class DenseRows(eqx.Module):
     @property
     def size(self) -> int:
         return self.tau.shape[-1]
+
+
+SEARCH_BLOCK = 64
+
+
+def count_before(taus: Array, t: Array, inclusive: bool = False) -> Array:
+    """``#{i: taus_i < t}`` (``<= t`` if ``inclusive``) for sorted ``taus``: `searchsorted`.
+
+    The forward loop asks this once per step.  A binary search is ``log2(n_save)``
+    dependent scalar lookups, which XLA runs as as many small kernels.  Instead: count
+    the blocks of ``SEARCH_BLOCK`` times that start before ``t``, then the times before
+    ``t`` in the one block that can straddle it (shifted to end at the last time if it
+    would run past it; the times it then adds before ``t`` are counted all the same):
+    two fused reductions of ``n_save / SEARCH_BLOCK`` and ``SEARCH_BLOCK`` comparisons.
+    """
+
+    def count(times):
+        before = times <= t if inclusive else times < t
+        return jnp.sum(before, dtype=jnp.int32)
+
+    n = taus.shape[0]
+    if n <= 2 * SEARCH_BLOCK:
+        return count(taus)
+    block = jnp.maximum(count(taus[::SEARCH_BLOCK]) - 1, 0)
+    start = jnp.minimum(block * SEARCH_BLOCK, n - SEARCH_BLOCK)
+    return start + count(jax.lax.dynamic_slice_in_dim(taus, start, SEARCH_BLOCK))
 
 
 def allocate_rows(
@@ -156,12 +220,17 @@ def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: 
               ks: Array, first_save: Array) -> DenseRows:
     """``rows`` with the next row set to ``(n, tau, h, y, ks)`` if ``where``.
 
+    The slot ``count`` is written whether or not ``where``: it is past the rows written
+    so far, so a step without a row leaves data there that no one reads and the next row
+    overwrites.  That makes the write an in-place update with no read of the buffer (a
+    guarded write costs a read, a select and a scatter per buffer, in every step).
     ``first_save`` is the index of the first save time ``>= tau`` (``n_save`` if none).
     """
     slot = jnp.minimum(rows.count, rows.size - 1)
 
     def put(buffer, value):
-        return buffer.at[slot].set(jnp.where(where, value, buffer[slot]))
+        value = jnp.asarray(value, buffer.dtype)[None]
+        return jax.lax.dynamic_update_index_in_dim(buffer, value, slot, 0)
 
     return DenseRows(
         step=put(rows.step, n), tau=put(rows.tau, tau), h=put(rows.h, h), y=put(rows.y, y),
@@ -200,22 +269,26 @@ def row_slopes(
 
 
 def final_row_slopes(plan: StagePlan, k: Array) -> Array:
-    """The slopes of the final state's row: ``k = f(t_T, y_T)`` first, zeros after.
+    """The slopes of the final state's row: ``k / b_1'(0)`` first (``k = f(t_T, y_T)``),
+    zeros after.
 
     The row is only read at ``theta = 0``: its value is ``y_T`` bitwise and its time
-    derivative the slope (every interpolant has ``b_1'(0) = 1``, ``b_m'(0) = 0`` else).
+    derivative ``b_1'(0)`` times the first slope, i.e. ``k``.  Every Runge–Kutta interpolant
+    has ``b_1'(0) = 1`` (the slope exactly); a Rosenbrock extension's ``b_1'(0)`` is
+    another number (`_rosenbrock.RosenbrockWeights.initial_slope`).
     """
-    if plan.interpolation_stages[0] != 0:
+    if isinstance(plan.weights, StageWeights) and plan.interpolation_stages[0] != 0:
         raise AssertionError("an interpolant must read the first stage")
-    return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(k)
+    scale = plan.weights.initial_slope()
+    first = k if scale == 1 else k / scale
+    return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(first)
 
 
 def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
                     y: Array, k: Array, taus: Array) -> DenseRows:
     """Append the final state ``y_T`` at ``t_T`` as a row (`final_row_slopes`)."""
-    first = jnp.searchsorted(taus, tau, side="left")
     return write_row(rows, jnp.array(True), num_accepted, tau, jnp.ones_like(tau), y,
-                     final_row_slopes(plan, k), first)
+                     final_row_slopes(plan, k), count_before(taus, tau))
 
 
 def find_rows(rows: DenseRows, taus: Array) -> Array:
@@ -237,8 +310,16 @@ def find_rows(rows: DenseRows, taus: Array) -> Array:
 
 
 def save_rows(rows: DenseRows) -> Array:
-    """The row of each save time (sorted saves): a prefix sum of ``rows.starts``."""
-    counts = jax.lax.associative_scan(jnp.add, rows.starts[:-1])
+    """The row of each save time (sorted saves): a prefix sum of ``rows.starts``.
+
+    XLA runs `jnp.cumsum` as one kernel of ``n^2 / 2`` additions, and a parallel scan as
+    ``2 log2(n)`` kernels of ``n``: the first for a few hundred saves, the second beyond.
+    """
+    starts = rows.starts[:-1]
+    if starts.shape[0] <= 512:
+        counts = jnp.cumsum(starts, dtype=jnp.int32)
+    else:
+        counts = jax.lax.associative_scan(jnp.add, starts)
     return jnp.maximum(counts - 1, 0)
 
 
@@ -254,18 +335,16 @@ def interpolate(
     ``rows.y``, ``rows.k`` and ``taus``; ``rows.tau`` and ``rows.h`` are constants.
     """
     if index is None:
-        index = find_rows(rows, taus)
-    num_rows, num_stages, n = rows.k.shape[-3:]
-    # One gather of everything a save reads from its row (a gather costs per index).
-    packed = jnp.concatenate(
-        [jax.lax.stop_gradient(jnp.stack([rows.tau, rows.h], axis=-1)), rows.y,
-         rows.k.reshape(num_rows, num_stages * n)], axis=-1,
-    )[index]
-    tau_n, h = packed[:, 0], packed[:, 1]
-    y, k = packed[:, 2:2 + n], packed[:, 2 + n:].reshape(-1, num_stages, n)
-    theta = (taus - tau_n) / h
-    w = weights(theta)  # (n_times, L)
-    ys = y + h[:, None] * jnp.einsum("il,iln->in", w, k)
+        index, sorted_index = find_rows(rows, taus), False
+    else:
+        sorted_index = True
+
+    def at(buffer: Array) -> Array:
+        # Indices are in range; "clip" gathers run ~2x faster on CPU than the default.
+        return jnp.take(buffer, index, axis=0, mode="clip", indices_are_sorted=sorted_index)
+
+    tau_n, h = at(jax.lax.stop_gradient(rows.tau)), at(jax.lax.stop_gradient(rows.h))
+    ys = weights.combine((taus - tau_n) / h, at(rows.y), h, at(rows.k))
     last = jax.lax.stop_gradient(rows.tau[jnp.maximum(rows.count - 1, 0)])
     return jnp.where((taus > last)[:, None], jnp.nan, ys)
 

@@ -37,7 +37,6 @@ from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_r
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
-from ._solvers import erk_step
 from ._system import Problem, System
 
 
@@ -57,7 +56,7 @@ def replay(
     params, direction = problem.params, problem.direction
     grid = jax.lax.stop_gradient(grid)
     rows = jax.lax.stop_gradient(rows)
-    tableau = system.solver.tableau
+    solver = system.solver
     plan = system.stage_plan
     t0, t1 = problem.t0, problem.t1
     dt0 = t0 - jax.lax.stop_gradient(t0)
@@ -74,10 +73,10 @@ def replay(
         y, q, j, row_y, row_k = carry
         tau, tau_next = grid[n], grid[n + 1]
         h = tau_next - tau
-        step = erk_step(tableau, f, tau, y, h, f(tau, y), tau_next)
+        step = solver.step(f, tau, y, h, f(tau, y), tau_next)
         if system.has_integrand:
             q = q + quadrature_increment(system, tau, h, step, params, direction)
-        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        k_next = step.ks[-1] if solver.fsal else f(tau_next, step.y_new)
         slot = jnp.minimum(j, rows.size - 1)
         hit = (j < rows.count) & (rows.step[slot] == n)
         ks = row_slopes(plan, f, tau, h, y, step.ks, k_next, hit)

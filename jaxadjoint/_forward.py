@@ -27,6 +27,7 @@ from jax import Array
 from ._dense import (
     DenseRows,
     allocate_rows,
+    count_before,
     interpolate,
     row_slopes,
     save_rows,
@@ -34,10 +35,11 @@ from ._dense import (
     write_row,
 )
 from ._results import RESULTS
-from ._solvers import StepOutput, erk_step, stage_time
 from ._system import Problem, System
 from ._uninitialised import uninitialised
 from ._validation import save_times_valid
+from .solvers._base import StepOutput
+from .solvers._explicit import stage_time
 
 
 class Recorder(eqx.Module):
@@ -180,7 +182,6 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     solves can keep advancing until the last of them is done.
     """
     solver, controller, tol = system.solver, system.controller, system.tol
-    tableau = solver.tableau
     plan = system.stage_plan
     params, y0 = problem.params, problem.y0
     dtype = y0.dtype
@@ -190,7 +191,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     n_save = taus.shape[0]
     eps = jnp.finfo(dtype).eps
     live = tuple(m for m in plan.live if m < plan.num_main)
-    evals_per_step = tableau.num_stages - 1 + (0 if tableau.fsal else 1)
+    evals_per_step = solver.rhs_evals_per_step + (0 if solver.fsal else 1)
     # Without save times (y(t1) only) the final state is the only row: no row in the loop.
     rows_in_loop = system.dense or system.interpolate_saves or system.land_on_ts
     if system.dense:
@@ -244,12 +245,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         target = tau1
         if system.land_on_ts:
             # The first save time after tau: steps end exactly on every save time.
-            after = jnp.searchsorted(taus, tau, side="right", method="scan_unrolled")
+            after = count_before(taus, tau, inclusive=True)
             target = jnp.where(after < n_save, taus[jnp.minimum(after, n_save - 1)], tau1)
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
         h_used = tau_next - tau
-        step = erk_step(tableau, f, tau, y, h_used, c["k0"], tau_next)
+        step = solver.step(f, tau, y, h_used, c["k0"], tau_next)
         finite = jnp.all(jnp.isfinite(step.y_new))
         if step.y_error is not None:
             finite = finite & jnp.all(jnp.isfinite(step.y_error))
@@ -271,7 +272,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
 
         new_tau = jnp.where(accept, tau_next, tau)
         new_y = jnp.where(accept, step.y_new, y)
-        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        k_next = step.ks[-1] if solver.fsal else f(tau_next, step.y_new)
         new_k0 = jnp.where(accept, k_next, c["k0"])
         integral = c["integral"]
         if system.has_integrand:
@@ -285,8 +286,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         # with `dense`): the saves are evaluated on it after the loop.
         rows = c["rows"]
         if rows_in_loop:
-            # The first save at or after tau (unrolled: no inner loop in the step).
-            first = jnp.searchsorted(taus, tau, side="left", method="scan_unrolled")
+            # The first save at or after tau.
+            first = count_before(taus, tau)
             if system.dense:
                 has_row = accept
             else:

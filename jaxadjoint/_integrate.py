@@ -19,8 +19,9 @@ from ._dense import DenseInterpolation
 from ._saveat import SaveAt, as_saveat
 from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
-from ._solvers import AbstractERK, Dopri5
 from ._system import Problem, System
+from .solvers._base import AbstractSolver
+from .solvers._explicit import AbstractERK, Dopri5
 
 
 def _split_params(tree: Any) -> tuple[Any, Any, Any]:
@@ -31,7 +32,7 @@ def _split_params(tree: Any) -> tuple[Any, Any, Any]:
 
 
 def _default_controller(
-    solver: AbstractERK, controller: AbstractController | None, dt0: Any
+    solver: AbstractSolver, controller: AbstractController | None, dt0: Any
 ) -> AbstractController:
     name = type(solver).__name__
     if controller is None:
@@ -52,6 +53,40 @@ def _default_controller(
             "`ConstantStep`/`StepTo`"
         )
     return controller
+
+
+def _check_family(
+    solver: AbstractSolver, saveat: SaveAt, sensitivity: AbstractSensitivity, integrand: Any
+) -> None:
+    """What a stiff (Rosenbrock) solver does not support yet: a clear error, not a wrong answer.
+
+    Explicit methods support everything.  Rosenbrock methods interpolate saves on their
+    continuous extension (a method without one needs saves on the grid), have no
+    quadrature of an integrand, and have been validated with
+    `DiscreteAdjoint` (every checkpoint strategy), `DiscreteForward` and
+    `FiniteDifferences` only.
+    """
+    if isinstance(solver, AbstractERK):
+        return
+    from ._continuous_adjoint import ContinuousAdjoint
+    from ._forward_sensitivity import ForwardSensitivity
+
+    name = f"`solver={type(solver).__name__}()`"
+    if integrand is not None:
+        raise ValueError(f"`integrand` is not supported with {name} yet: use an explicit "
+                         "solver, or add the integral as an extra state component")
+    if getattr(solver, "tableau", None) is None or solver.tableau.dense is None:
+        if saveat.dense:
+            raise ValueError(f"`SaveAt(dense=True)` is not supported with {name} (no dense "
+                             "output): pass the times you need as "
+                             "`SaveAt(ts, land_on_ts=True)`")
+        if saveat.ts is not None and not saveat.land_on_ts:
+            raise ValueError(f"{name} has no dense output, so save times must be step "
+                             "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
+    if isinstance(sensitivity, (ContinuousAdjoint, ForwardSensitivity)):
+        raise ValueError(f"`sensitivity={type(sensitivity).__name__}()` is not supported "
+                         f"with {name} yet: use `DiscreteAdjoint`, `DiscreteForward` or "
+                         "`FiniteDifferences`")
 
 
 def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any) -> Any:
@@ -83,7 +118,7 @@ def solve(
     t1: float | Array,
     args: Any = None,
     *,
-    solver: AbstractERK = Dopri5(),
+    solver: AbstractSolver = Dopri5(),
     rtol: float | Array = 1e-6,
     atol: float | Array = 1e-6,
     dt0: float | Array | None = None,
@@ -94,7 +129,7 @@ def solve(
     max_steps: int = 4096,
     throw: bool = True,
 ) -> Solution:
-    """Solve ``dy/dt = rhs(t, y, args)`` from ``t0`` to ``t1`` with an explicit RK method.
+    """Solve ``dy/dt = rhs(t, y, args)`` from ``t0`` to ``t1`` with a Runge–Kutta method.
 
     Differentiable with `jax.grad`, `jax.jacrev`, `jax.vmap`, `jax.jit` in any
     composition, with respect to ``y0``, ``args``, arrays that ``rhs``/``integrand``
@@ -107,7 +142,8 @@ def solve(
         y0: initial state, a pytree of real floating arrays.
         t0, t1: the interval; ``t1 < t0`` integrates backwards in time.
         args: a pytree passed to ``rhs`` and ``integrand``.
-        solver: the Runge–Kutta method (`Dopri5`, `Tsit5`, `CashKarp`, ...).
+        solver: the method: explicit (`Dopri5`, `Tsit5`, `CashKarp`, ...) or, for stiff
+            problems, Rosenbrock (`Rodas5`, `Rodas4`, `Rodas3`).
         rtol, atol: local error tolerances of adaptive controllers.
         dt0: first step; chosen automatically when ``None`` (adaptive controllers), the
             constant step for fixed-step solvers without a ``controller``.
@@ -148,7 +184,7 @@ def _solve(
     t0: float | Array,
     t1: float | Array,
     args: Any,
-    solver: AbstractERK,
+    solver: AbstractSolver,
     rtol: float | Array,
     atol: float | Array,
     dt0: float | Array | None,
@@ -162,7 +198,7 @@ def _solve(
     """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves."""
     if not callable(rhs):
         raise TypeError(f"`rhs` must be callable as rhs(t, y, args), got {type(rhs).__name__}")
-    if not isinstance(solver, AbstractERK):
+    if not isinstance(solver, AbstractSolver):
         raise TypeError(f"`solver` must be a jaxadjoint solver such as Dopri5(), got {solver!r}")
     if not isinstance(sensitivity, AbstractSensitivity):
         raise TypeError(
@@ -204,6 +240,7 @@ def _solve(
     else:
         ts = check.as_real_array("saveat", saveat.ts, dtype)
         ts = check.check_save_times(ts, t0, t1)
+    _check_family(solver, saveat, sensitivity, integrand)
     if saveat.dense and not sensitivity.supports_dense:
         raise ValueError(
             f"`SaveAt(dense=True)` is not supported with `sensitivity="
@@ -220,7 +257,7 @@ def _solve(
     integrand_cc = None
     if integrand is not None:
         check.check_integrand_output(integrand, t0, y0, args)
-        shapes = jax.eval_shape(integrand, t0, y0, args)
+        shapes = eqx.filter_eval_shape(integrand, t0, y0, args)
         zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), shapes)
         unravel_integral = ravel_pytree(zeros)[1]
         integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)

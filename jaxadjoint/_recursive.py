@@ -34,10 +34,11 @@ extra forward pass*, while ``T <= C_f (C - C_f + 1)`` (e.g. ``T <= 1056`` for ``
 ``T <= 16 512`` for ``C = 256``), and ``t`` grows like ``log T / log C`` beyond: for
 ``C = 64``, ``t <= 2`` up to ``T ~ 2 * 10^4`` and ``t <= 3`` up to ``T ~ 2 * 10^5``.
 
-The replayed steps call `erk_step` with the recorded grid values ``t_n``, ``t_{n+1}``
-and ``k_1 = f(t_n, y_n)`` (carried as the FSAL stage, as in the forward loop), in a plain
-loop as the forward loop does, so the replayed states are the forward ones to round-off,
-and usually bit for bit (`_reverse` says what XLA may round differently).
+The replayed steps call the solver's step (`replay_step`) with the recorded grid values
+``t_n``, ``t_{n+1}`` and ``k_1 = f(t_n, y_n)`` (carried as the FSAL stage, as in the
+forward loop), in a plain loop as the forward loop does, so the replayed states are the
+forward ones to round-off, and usually bit for bit (`_reverse` says what XLA may round
+differently).
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ from ._batched_reverse import batch_over_solves
 from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
 from ._reverse import add_save_state, initial_block, last_row, reverse_sweep
-from ._solvers import StepOutput, erk_step
+from .solvers._base import StepOutput
+
+
+def replay_step(solver, f, tau, y, h, k1, tau_next) -> StepOutput:
+    """The solver's step, as the forward loop takes it (a seam for counting replays)."""
+    return solver.step(f, tau, y, h, k1, tau_next)
 
 
 def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, consecutive):
@@ -62,7 +68,7 @@ def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, con
     ``consecutive`` else to ``first_slot``.  Same arithmetic as the forward loop: ``k1``
     is ``f(t_n, y_n)``, then the FSAL stage (or ``f(t_{n+1}, y_{n+1})``).
     """
-    tableau = system.solver.tableau
+    solver = system.solver
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
@@ -74,8 +80,8 @@ def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, con
         i, y, k1, stack = carry
         n = n0 + i
         tau, tau_next = grid[n], grid[n + 1]
-        step = erk_step(tableau, f, tau, y, tau_next - tau, k1, tau_next)
-        k_next = step.ks[-1] if tableau.fsal else f(tau_next, step.y_new)
+        step = replay_step(solver, f, tau, y, tau_next - tau, k1, tau_next)
+        k_next = step.ks[-1] if solver.fsal else f(tau_next, step.y_new)
         slot = first_slot + jnp.where(consecutive, i, 0)
         return i + 1, step.y_new, k_next, stack.at[slot].set(step.y_new)
 

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _interpolants
-from ._solvers import AbstractERK
-from ._tableaus import ButcherTableau
+from .solvers import _interpolants
+from .solvers._explicit import AbstractERK
+from .solvers._tableaus import ButcherTableau
 
 
 def replay_on_grid(

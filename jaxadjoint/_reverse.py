@@ -47,8 +47,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._lanes import any_lane_cond
-from ._solvers import linear_combination, stage_time
 from ._system import System
+from .solvers._explicit import linear_combination, stage_time
 
 
 def tree_add(a: Any, b: Any) -> Any:
@@ -264,7 +264,7 @@ def params_cotangent(
     return pbar
 
 
-def reverse_step(
+def erk_reverse_step(
     system: System,
     tau: Array,
     t_next: Array,
@@ -373,8 +373,8 @@ def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCot
     block) gets a zero cotangent there; its stage value is the finite state ``y``, so it
     adds exactly zero.
     """
-    if joint_stage_vjps(params, lam.shape[-1]):
-        return None
+    if not system.solver.stage_rows or joint_stage_vjps(params, lam.shape[-1]):
+        return None  # (families other than explicit RK adjoin a whole step at once)
     block = block_size(params, lam.shape[-1])
     rows = block * len(system.stage_plan.live)
     quad_rows = block * len(_quadrature_stages(system))
@@ -431,8 +431,9 @@ def reverse_sweep(
     body lets XLA fuse the slice into every consumer and lose vectorisation.
 
     One step per iteration.  For large states with few parameters (``rows`` is ``None``,
-    see `joint_stage_vjps`) `reverse_step` adds each stage's parameter adjoint to ``pbar``
-    on its own.  Otherwise the step's stage rows are written into the block's ``rows`` (a
+    see `joint_stage_vjps`, and every family but explicit RK) the solver's `reverse_step`
+    (`erk_reverse_step` for explicit RK) adds each stage's parameter adjoint to ``pbar`` on
+    its own.  Otherwise the step's stage rows are written into the block's ``rows`` (a
     block of `block_size` steps: one, or four for many parameters) and the parameter adjoint
     of a block is one VJP, taken (in a `jax.lax.cond` branch, compiled on its own) when
     its last step is reversed.  Blocks are fixed by the solve, not by the sweep: the
@@ -467,7 +468,7 @@ def reverse_sweep(
         n, ((y, stages), tau, t_next), lam, pbar, j, rows = carry
         kbar_saves = save_slopes_cotangent(saves, j, n)
         if rows is None:
-            lam, pbar = reverse_step(
+            lam, pbar = system.solver.reverse_step(
                 system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves
             )
         else:

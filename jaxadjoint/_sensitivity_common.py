@@ -26,8 +26,8 @@ from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
-from ._solvers import AbstractERK
 from ._system import System
+from .solvers._base import AbstractSolver
 
 
 class DerivedSystem(eqx.Module):
@@ -40,7 +40,7 @@ class DerivedSystem(eqx.Module):
     """
 
     base: System
-    solver: AbstractERK
+    solver: AbstractSolver
     controller: AbstractController
     tol: Tolerances
     dt0: Array | None

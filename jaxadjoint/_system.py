@@ -27,7 +27,7 @@ from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
-from ._solvers import AbstractERK
+from .solvers._base import AbstractSolver
 
 
 class Problem(eqx.Module):
@@ -52,7 +52,7 @@ class System(eqx.Module):
     aux_params: Any  # non-floating arrays of (args, rhs, integrand): not differentiated
     unravel_y: Callable[[Array], Any] = eqx.field(static=True)
     unravel_integral: Callable[[Array], Any] | None = eqx.field(static=True)
-    solver: AbstractERK
+    solver: AbstractSolver
     controller: AbstractController
     tol: Tolerances
     dt0: Array | None

@@ -137,7 +137,7 @@ def save_times_valid(taus: Array, tau0: Array, tau1: Array) -> Array:
 def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs") -> None:
     """``rhs(t0, y0, args)`` must return the structure, shapes and a floating dtype of y0."""
     try:
-        out = jax.eval_shape(rhs, t0, y0, args)
+        out = eqx.filter_eval_shape(rhs, t0, y0, args)
     except Exception as e:  # noqa: BLE001 - re-raised with context
         raise type(e)(f"calling `{name}(t0, y0, args)` failed: {e}") from e
     expected = jax.tree.structure(y0)
@@ -159,7 +159,7 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
 
 def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> None:
     try:
-        out = jax.eval_shape(integrand, t0, y0, args)
+        out = eqx.filter_eval_shape(integrand, t0, y0, args)
     except Exception as e:  # noqa: BLE001 - re-raised with context
         raise type(e)(f"calling `integrand(t0, y0, args)` failed: {e}") from e
     for leaf in jax.tree.leaves(out):

@@ -37,7 +37,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 import jaxadjoint as ja
-from jaxadjoint._interpolants import interpolant_for, weights_at
+from jaxadjoint.solvers._interpolants import interpolant_for, weights_at
 
 N = 3
 MAX_STEPS = 256  # every compiled solve below uses this, so convergence runs fit too

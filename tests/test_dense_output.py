@@ -264,3 +264,21 @@ def test_many_save_times_cost_follows_the_saves():
     # the rest grows with max_steps alone (the states record, 16_384 x 2 x 8 = 0.26 MB).
     assert large < 20e6
     assert large - small < 10_000 * 40 * 2 * 8 + 16_384 * 8 * 8
+
+
+@pytest.mark.parametrize("n_save", [1, 5, 128, 129, 300])
+def test_count_before_is_searchsorted(n_save):
+    """The forward loop's save-time search (`_dense.count_before`, blocked for many saves)
+    agrees with `numpy.searchsorted`, left and right, across block boundaries."""
+    from jaxadjoint._dense import SEARCH_BLOCK, count_before
+
+    rng = np.random.default_rng(n_save)
+    # Sorted, with repeats, so that ties and block edges are both exercised.
+    taus = np.sort(rng.choice(np.linspace(0.0, 1.0, max(2, n_save // 3)), n_save))
+    edges = taus[:: SEARCH_BLOCK]
+    queries = np.concatenate([taus, edges - 1e-9, edges + 1e-9, [-1.0, 2.0, 0.5]])
+    search = jax.jit(jax.vmap(lambda t: (count_before(jnp.asarray(taus), t),
+                                         count_before(jnp.asarray(taus), t, inclusive=True))))
+    left, right = search(jnp.asarray(queries))
+    np.testing.assert_array_equal(left, np.searchsorted(taus, queries, side="left"))
+    np.testing.assert_array_equal(right, np.searchsorted(taus, queries, side="right"))

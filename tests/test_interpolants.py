@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from test_tableaus import TREES, graded_problem
 
-from jaxadjoint import _interpolants, _tableaus
-from jaxadjoint._interpolants import (
+from jaxadjoint.solvers import _interpolants, _tableaus
+from jaxadjoint.solvers._interpolants import (
     ALL_INTERPOLANTS,
     Interpolant,
     extended_a,
@@ -33,7 +33,7 @@ from jaxadjoint._interpolants import (
     live_interpolant_stages,
     weights_at,
 )
-from jaxadjoint._tableaus import ALL_TABLEAUS, ButcherTableau
+from jaxadjoint.solvers._tableaus import ALL_TABLEAUS, ButcherTableau
 
 EPS = np.finfo(np.float64).eps
 INTERPOLANTS = list(ALL_INTERPOLANTS.values())

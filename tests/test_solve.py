@@ -154,3 +154,25 @@ def test_agrees_with_scipy_dop853():
     assert ref.success
     sol = _vdp_solve(_vdp.y0, _vdp.args)
     np.testing.assert_allclose(np.asarray(sol.ys), ref.y.T, rtol=1e-9, atol=1e-10)
+
+
+def test_args_may_be_a_module_with_non_array_fields():
+    """An `equinox.nn.MLP` (its activation is a function) passed as ``args``, the diffrax
+    idiom: the solve and its gradient equal those with the network closed over."""
+    mlp = eqx.nn.MLP(2, 2, 8, 1, activation=jax.nn.softplus, key=jax.random.PRNGKey(0),
+                     dtype=jnp.float64)
+    y0, ts = jnp.array([0.5, -0.3]), jnp.linspace(0.0, 1.0, 5)
+
+    def as_args(m):
+        return jnp.sum(ja.solve(lambda t, y, a: a(y), y0, 0.0, 1.0, m, saveat=ts).ys ** 2)
+
+    def closed_over(m):
+        return jnp.sum(ja.solve(lambda t, y, a: m(y), y0, 0.0, 1.0, None, saveat=ts).ys ** 2)
+
+    (v1, g1), (v2, g2) = (eqx.filter_value_and_grad(f)(mlp) for f in (as_args, closed_over))
+    assert v1 == v2
+    for a, b in zip(jax.tree.leaves(eqx.filter(g1, eqx.is_array)),
+                    jax.tree.leaves(eqx.filter(g2, eqx.is_array))):
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-16)
+    leaves = jax.tree.leaves(eqx.filter(g1, eqx.is_array))
+    assert any(float(jnp.max(jnp.abs(a))) > 0 for a in leaves)

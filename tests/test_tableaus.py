@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from numpy.polynomial import Polynomial
 
-from jaxadjoint import _tableaus
-from jaxadjoint._tableaus import ALL_TABLEAUS, ButcherTableau
+from jaxadjoint.solvers import _tableaus
+from jaxadjoint.solvers._tableaus import ALL_TABLEAUS, ButcherTableau
 
 EPS = np.finfo(np.float64).eps
 MAX_TREE_ORDER = 9

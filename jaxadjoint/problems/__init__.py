@@ -43,6 +43,11 @@ from .lotka_volterra import (
     lotka_volterra_problem as lotka_volterra_problem,
     lotka_volterra_rhs as lotka_volterra_rhs,
 )
+from .robertson import (
+    ROBERTSON_RATES as ROBERTSON_RATES,
+    robertson_problem as robertson_problem,
+    robertson_rhs as robertson_rhs,
+)
 from .van_der_pol import (
     van_der_pol_initial_state as van_der_pol_initial_state,
     van_der_pol_paper_problem as van_der_pol_paper_problem,

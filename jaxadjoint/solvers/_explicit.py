@@ -6,18 +6,15 @@ is a handful of fused vector operations and the stage values stack into matrices
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import ClassVar, NamedTuple
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
 from . import _tableaus as tab
+from ._base import AbstractSolver, FlatField, StepOutput
 from ._tableaus import ButcherTableau
-
-# f(t, y) -> dy/dt on flat vectors, with the parameters already bound.
-FlatField = Callable[[Array, Array], Array]
 
 
 def linear_combination(y: Array, h: Array, coeffs: Sequence[float], ks: Sequence[Array]) -> Array:
@@ -38,13 +35,6 @@ def linear_combination(y: Array, h: Array, coeffs: Sequence[float], ks: Sequence
 def stage_time(t: Array, h: Array, c: float) -> Array:
     """Time of a stage, ``t + c h`` (exactly ``t`` for ``c == 0``)."""
     return t if c == 0 else t + float(c) * h
-
-
-class StepOutput(NamedTuple):
-    y_new: Array
-    y_error: Array | None  # h * sum b_error k; None without an embedded pair
-    stages: list[Array]  # Y_m for m < s (stage inputs)
-    ks: list[Array]  # k_m for m < s (stage slopes)
 
 
 def erk_step(
@@ -77,10 +67,15 @@ def erk_step(
     return StepOutput(y_new, y_error, stages, ks)
 
 
-class AbstractERK(eqx.Module):
-    """An explicit Runge–Kutta method, fully described by its Butcher tableau."""
+class AbstractERK(AbstractSolver):
+    """An explicit Runge–Kutta method, fully described by its Butcher tableau.
+
+    Its step is `erk_step`; its step adjoint is `_reverse`'s (the paper's Algorithm 1),
+    whose stage rows the sweep may batch into one parameter VJP (``stage_rows``).
+    """
 
     tableau: ClassVar[ButcherTableau]
+    stage_rows: ClassVar[bool] = True
 
     @property
     def adaptive(self) -> bool:
@@ -99,6 +94,26 @@ class AbstractERK(eqx.Module):
     def rhs_evals_per_step(self) -> int:
         """Evaluations per step when the first stage is reused (FSAL or carried)."""
         return self.tableau.num_stages - 1
+
+    @property
+    def fsal(self) -> bool:
+        return self.tableau.fsal
+
+    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
+        return erk_step(self.tableau, f, t, y, h, k1, t_next)
+
+    def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
+                     kbar_saves) -> tuple[Array, Any]:
+        from .._reverse import erk_reverse_step  # the sweep's module builds on this one
+
+        return erk_reverse_step(
+            system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves
+        )
+
+    def stage_plan(self, interpolating: bool) -> Any:
+        from .._dense import stage_plan  # _dense reads the tableaus and interpolants
+
+        return stage_plan(self, interpolating)
 
 
 class Euler(AbstractERK):

@@ -1,0 +1,105 @@
+"""The interface of a solver family: its step, and the hand-derived adjoint of its step.
+
+The forward loop (`_forward`), the checkpoint replays (`_recursive`), the forward-mode
+replay (`_discrete_forward`) and the reverse sweeps (`_reverse`, `_batched_reverse`) call a
+solver only through this interface, so they do not care which family took a step:
+
+- `step(f, t, y, h, k1, t_next)`: one attempted step of size ``h = t_next - t`` from
+  ``(t, y)`` with ``k1 = f(t, y)`` given, returning `StepOutput` (the new state, the
+  error estimate, the stage values and slopes the loop records and the dense output reads);
+- `fsal`: whether ``step.ks[-1]`` is ``f(t_next, y_new)``, the next step's ``k1``;
+- `reverse_step(system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
+  kbar_saves)`: given ``lam = dL/dy_{n+1}``, return ``(dL/dy_n, pbar + dL/dparams of the
+  step)``, the exact derivative of `step` on the recorded grid (``t_n``, ``h`` constants);
+- `stage_plan(interpolating)`: the stages the dense output reads (`_dense.StagePlan`).
+
+Explicit Runge–Kutta methods additionally let the sweep take the parameter adjoint of
+several stages (of several steps) as one vector–Jacobian product (`stage_rows`); other
+families adjoin a whole step at once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
+
+import equinox as eqx
+from jax import Array
+
+# f(t, y) -> dy/dt on flat vectors, with the parameters already bound.
+FlatField = Callable[[Array, Array], Array]
+
+
+class StepOutput(NamedTuple):
+    y_new: Array
+    y_error: Array | None  # the embedded error estimate; None without an embedded pair
+    stages: list[Array]  # Y_m (stage inputs); stages[0] is y_n
+    # k_m = f(t_m, Y_m) (stage slopes; for a Rosenbrock step, the slopes U_m / h of its
+    # dense output after ks[0]); ks[0] is f(t_n, y_n)
+    ks: list[Array]
+
+
+class AbstractSolver(eqx.Module):
+    """A solver family: one step and its adjoint (module docstring)."""
+
+    # Whether the reverse sweep may collect stage rows (`_reverse.StageCotangents`) and take
+    # their parameter adjoint in blocks: true for explicit Runge–Kutta methods only.
+    stage_rows: ClassVar[bool] = False
+
+    @property
+    @abc.abstractmethod
+    def adaptive(self) -> bool:
+        """Whether the method has an embedded error estimate (can adapt its step)."""
+
+    @property
+    @abc.abstractmethod
+    def order(self) -> int:
+        """Classical order of the propagated solution."""
+
+    @property
+    @abc.abstractmethod
+    def error_order(self) -> int | None:
+        """Order of the embedded solution, or ``None``."""
+
+    @property
+    @abc.abstractmethod
+    def fsal(self) -> bool:
+        """Whether the last slope of a step is ``f(t_{n+1}, y_{n+1})``."""
+
+    @property
+    @abc.abstractmethod
+    def rhs_evals_per_step(self) -> int:
+        """Right-hand side evaluations of one step beyond ``k1`` (Jacobians not counted)."""
+
+    @abc.abstractmethod
+    def step(
+        self, f: FlatField, t: Array, y: Array, h: Array, k1: Array, t_next: Array
+    ) -> StepOutput:
+        """One step of size ``h = t_next - t`` from ``(t, y)``; ``k1 = f(t, y)``."""
+
+    @abc.abstractmethod
+    def reverse_step(
+        self,
+        system: Any,
+        tau: Array,
+        t_next: Array,
+        y: Array | None,
+        stages: Array | None,
+        lam: Array,
+        mu: Array,
+        params: Any,
+        direction: Array,
+        pbar: Any,
+        kbar_saves: Array | None,
+    ) -> tuple[Array, Any]:
+        """Adjoint of one recorded step: ``(lam_n, pbar + its parameter adjoint)``.
+
+        ``y`` is ``y_n`` or ``None`` when the record holds the live ``stages`` instead
+        (`StoreStages`); ``mu`` is the cotangent of the integrand's quadrature and
+        ``kbar_saves`` that of the interpolation slopes of saves inside the step.
+        """
+
+    @abc.abstractmethod
+    def stage_plan(self, interpolating: bool) -> Any:
+        """The `_dense.StagePlan` of a step (with ``interpolating``, what saves read)."""

@@ -1,0 +1,346 @@
+"""Rosenbrock (linearly implicit) solvers for stiff problems: the step and its exact adjoint.
+
+**Step** (tableau in the ``U`` form of `_rosenbrock_tableaus`).  With ``J = df/dy`` and
+``f_t = df/dt`` at ``(t_n, y_n)`` (from JAX: `jax.jacfwd` and one JVP) and one LU
+factorisation of ``M = I - gamma h J``::
+
+    Y_i = y_n + sum_{j<i} a_ij U_j,          k_i = f(t_n + c_i h, Y_i)      (k_1 = f(t_n, y_n))
+    r_i = gamma h k_i + gamma sum_{j<i} C_ij U_j + gamma d_i h^2 f_t,        U_i = M^{-1} r_i
+    y_{n+1} = y_n + sum_i m_i U_i,           error estimate  sum_i m_error_i U_i
+
+**Adjoint of the step** (derived by hand; ``h``, ``t_n`` are recorded constants).  Given
+``lam = dL/dy_{n+1}``, for ``i = s .. 1``::
+
+    Ubar_i = m_i lam + sum_{q>i} (a_qi Ybar_q + gamma C_qi rbar_q)
+    rbar_i = M^{-T} Ubar_i                      (the forward LU, transposed solve)
+    (Ybar_i, pbar_i) = (df/d(Y, p))(t_i, Y_i)^T (gamma h rbar_i)
+
+and, because ``U_i = M^{-1} r_i`` with ``M`` and ``f_t`` depending on ``(y_n, p)``
+(``Mbar = -sum_i rbar_i U_i^T``, ``dM = -gamma h dJ``), the second-order term::
+
+    (ybar, pbar) += grad_{y_n, p} sum_i rbar_i . [ J(y_n, p) (gamma h U_i)
+                                                   + f_t(y_n, p) (gamma d_i h^2) ]
+
+with ``U_i`` and ``rbar_i`` held fixed: one vector-Jacobian product of ``s`` stacked
+Jacobian-vector products of ``f`` in ``(t, y)`` (tangent ``(gamma d_i h^2, gamma h U_i)``),
+never a second derivative tensor.  Then ``lam_n = lam + sum_i Ybar_i + ybar``.
+
+The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
+the forward step runs, so the reverse pass linearises at bitwise the forward values.
+
+**Dense output** (`RosenbrockWeights`, `dense_plan`).  The continuous extension of
+`_rosenbrock_tableaus` is linear in the ``U_i``::
+
+    y(t_n + theta h) = y_n + sum_i w_i(theta) U_i = y_n + h sum_i w_i(theta) (U_i / h),
+
+which is the form `_dense` evaluates, with the slopes ``U_i / h`` (the step's ``ks[1:]``;
+``ks[0]`` is ``f(t_n, y_n)``, the slope of a save at a node under `node_plan`) and the
+weights ``b_i = w_i``.  So a save's cotangent ``ybar`` reaches the step as ``kbar_i =
+h w_i(theta) ybar`` (`_dense.row_cotangents`), and the adjoint above starts from
+``Ubar_i = m_i lam + kbar_i / h + ...``: nothing else changes.  ``w_1'(0)`` is not 1, so
+the final state's row holds ``f(t_T, y_T) / w_1'(0)`` (`_dense.final_row_slopes`) for the
+time derivative of a save at ``t_T`` to be ``f(t_T, y_T)``.  Saves do not change the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax import Array
+
+from . import _rosenbrock_tableaus as rtab, _tableaus as tab
+from ._base import AbstractSolver, FlatField, StepOutput
+from ._interpolants import Interpolant
+from ._rosenbrock_tableaus import RosenbrockTableau
+
+
+def _combine(y: Array | None, coeffs: Any, vectors: list[Array]) -> Array | None:
+    """``y + sum_j coeffs[j] vectors[j]`` skipping zero coefficients (``None``: no ``y``)."""
+    acc = y
+    for coeff, v in zip(coeffs, vectors):
+        if coeff == 0:
+            continue
+        term = float(coeff) * v
+        acc = term if acc is None else acc + term
+    return acc
+
+
+def _stage_time(t: Array, h: Array, t_next: Array, c: float) -> Array:
+    """``t + c h``: exactly ``t`` for ``c = 0`` and the grid value ``t_next`` for ``c = 1``."""
+    if c == 0:
+        return t
+    return t_next if c == 1 else t + float(c) * h
+
+
+def _time_derivative(f: FlatField, t: Array, y: Array) -> Array:
+    """``df/dt(t, y)``: one forward-mode JVP in time."""
+    return jax.jvp(lambda s: f(s, y), (t,), (jnp.ones_like(t),))[1]
+
+
+class _Stages(NamedTuple):
+    lu: tuple[Array, Array]  # LU factorisation of I - gamma h J (jax.scipy.linalg.lu_factor)
+    stages: list[Array]  # Y_i
+    ks: list[Array]  # k_i = f(t_i, Y_i)
+    us: list[Array]  # U_i
+
+
+def _stages(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
+    t_next: Array,
+) -> _Stages:
+    """The stages of one step (module docstring); shared by the step and its adjoint."""
+    n = y.shape[0]
+    jac = jax.jacfwd(lambda x: f(t, x))(y)
+    f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
+    gh = tableau.gamma * h
+    lu = jsl.lu_factor(jnp.eye(n, dtype=y.dtype) - gh * jac)
+    stages, ks, us = [], [], []
+    for i in range(tableau.num_stages):
+        stage = _combine(y, tableau.a[i, :i], us)
+        k = k1 if i == 0 else f(_stage_time(t, h, t_next, tableau.c[i]), stage)
+        r = gh * k
+        coupling = _combine(None, tableau.gamma * tableau.C[i, :i], us)
+        if coupling is not None:
+            r = r + coupling
+        if tableau.d[i] != 0:
+            r = r + (float(tableau.gamma * tableau.d[i]) * (h * h)) * f_t
+        stages.append(stage)
+        ks.append(k)
+        us.append(jsl.lu_solve(lu, r))
+    return _Stages(lu, stages, ks, us)
+
+
+def rosenbrock_step(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
+    t_next: Array,
+) -> StepOutput:
+    """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
+    st = _stages(tableau, f, t, y, h, k1, t_next)
+    y_new = _combine(y, tableau.m, st.us)
+    y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
+    # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
+    # continuous extension reads (`RosenbrockWeights`).
+    return StepOutput(y_new, y_error, st.stages, [k1] + [u / h for u in st.us])
+
+
+def _solve_transposed(lu: tuple[Array, Array], v: Array) -> Array:
+    """``M^{-T} v`` with the forward LU; ``v`` may carry leading (seed) axes."""
+    return jnp.vectorize(lambda w: jsl.lu_solve(lu, w, trans=1), signature="(n)->(n)")(v)
+
+
+def rosenbrock_reverse_step(
+    tableau: RosenbrockTableau, system: Any, tau: Array, t_next: Array, y: Array,
+    lam: Array, params: Any, direction: Array, pbar: Any, kbar_saves: Array | None = None,
+) -> tuple[Array, Any]:
+    """Adjoint of one Rosenbrock step (module docstring): ``(lam_n, pbar + dL/dparams)``.
+
+    ``kbar_saves`` ``(..., s, N)``: cotangents of the dense-output slopes ``U_i / h`` from
+    saves inside the step; they add ``kbar_i / h`` to ``Ubar_i``.
+    """
+    h = t_next - tau
+    s, gamma = tableau.num_stages, tableau.gamma
+
+    def field(t, x, p):
+        return system.field(t, x, p, direction)
+
+    def f(t, x):
+        return field(t, x, params)
+
+    st = _stages(tableau, f, tau, y, h, f(tau, y), t_next)
+    gh = gamma * h
+    stage_bars: list[Array | None] = [None] * s
+    rbars: list[Array | None] = [None] * s
+    for i in reversed(range(s)):
+        later = range(i + 1, s)
+        ubar = _combine(
+            None,
+            [tableau.m[i]] + [tableau.a[q, i] for q in later]
+            + [gamma * tableau.C[q, i] for q in later],
+            [lam] + [stage_bars[q] for q in later] + [rbars[q] for q in later],
+        )
+        if kbar_saves is not None:
+            save_bar = kbar_saves[..., i, :] / h
+            ubar = save_bar if ubar is None else ubar + save_bar
+        if ubar is None:
+            ubar = jnp.zeros_like(lam)
+        rbars[i] = _solve_transposed(st.lu, ubar)
+        t_i = tau if i == 0 else _stage_time(tau, h, t_next, tableau.c[i])
+        _, vjp = jax.vjp(lambda x, p, t_i=t_i: field(t_i, x, p), st.stages[i], params)
+        stage_bars[i], p_bar = vjp(gh * rbars[i])
+        pbar = jax.tree.map(jnp.add, pbar, p_bar)
+
+    # Second-order terms: J and f_t depend on (y_n, p); U_i and rbar_i are held fixed.
+    us = jnp.stack(st.us)
+    dts = jnp.asarray(gamma * tableau.d, y.dtype) * (h * h)
+
+    def directional(x, p):
+        def one(dt, u):
+            return jax.jvp(lambda t, z: field(t, z, p), (tau, x), (dt, gh * u))[1]
+
+        return jax.vmap(one)(dts, us)
+
+    _, vjp = jax.vjp(directional, y, params)
+    y_bar, p_bar = vjp(jnp.stack(rbars, axis=-2))
+    pbar = jax.tree.map(jnp.add, pbar, p_bar)
+    lam_n = lam + y_bar
+    for stage_bar in stage_bars:
+        lam_n = lam_n + stage_bar
+    return lam_n, pbar
+
+
+class RosenbrockWeights:
+    """The continuous extension of a Rosenbrock method as `_dense` evaluates it (static data).
+
+    ``y(t_n + theta h) = y_n + sum_i w_i(theta) U_i`` with (Hairer & Wanner's RODAS form)
+    ``w_i(theta) = theta (m_i + (1 - theta) sum_r theta^r H_ri)``: the rows hold the slopes
+    ``k_i = U_i / h`` and the weights are ``b_i(theta) = w_i(theta)``.  Evaluated in that
+    nested form, so ``theta = 0`` gives ``y_n`` bitwise and ``theta = 1`` the weights ``m``
+    exactly.  Equal (and hashed) by the identity of the tableau, a module constant.
+    """
+
+    def __init__(self, tableau: RosenbrockTableau):
+        if tableau.dense is None:
+            raise ValueError(f"{tableau.name} has no continuous extension")
+        self.tableau = tableau
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RosenbrockWeights) and other.tableau is self.tableau
+
+    def __hash__(self) -> int:
+        return hash(id(self.tableau))
+
+    def _weights(self, theta: Array) -> list[Array]:
+        tableau, one_minus = self.tableau, 1 - theta
+        out = []
+        for i in range(tableau.num_stages):
+            inner = None
+            for row in tableau.dense[::-1]:
+                term = jnp.full_like(theta, float(row[i]))
+                inner = term if inner is None else term + theta * inner
+            out.append(theta * (float(tableau.m[i]) + one_minus * inner))
+        return out
+
+    def __call__(self, theta: Array) -> Array:
+        """``(..., s)`` weights at ``theta``."""
+        return jnp.stack(self._weights(theta), axis=-1)
+
+    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
+        """``y + h sum_i b_i(theta) k_i`` for ``theta (M,)``, ``y (M, N)``, ``k (M, s, N)``."""
+        terms = [w[:, None] * k[:, i, :] for i, w in enumerate(self._weights(theta))]
+        acc = terms[0]
+        for term in terms[1:]:
+            acc = acc + term
+        return y + h[:, None] * acc
+
+    def initial_slope(self) -> float:
+        """``b_1'(0) = m_1 + H_11``: the final state's row holds ``f(t_T, y_T) / b_1'(0)``."""
+        return float(self.tableau.m[0] + self.tableau.dense[0, 0])
+
+
+def dense_plan(tableau: RosenbrockTableau) -> Any:
+    """The `_dense.StagePlan` of interpolated saves: the slopes ``U_i / h`` (`step`'s
+    ``ks[1:]``; ``ks[0]`` is ``f(t_n, y_n)``), ``y_n`` kept."""
+    from .._dense import StagePlan  # _dense builds on the explicit family
+
+    if tableau.dense is None:
+        raise NotImplementedError(f"{tableau.name} has no continuous extension")
+    s = tableau.num_stages
+    return StagePlan(
+        a=np.zeros((s + 1, s + 1)), b=np.zeros(s + 1), c=np.zeros(s + 1), num_main=s + 1,
+        live=(0,), interpolation_stages=tuple(range(1, s + 1)),
+        weights=RosenbrockWeights(tableau), end_stages=(),
+    )
+
+
+# A save must be a node: the value y_n (weight 0 at theta = 0) and, for its time
+# derivative, the slope f(t_n, y_n) (weight theta: b'(0) = 1).
+_NODE_VALUES = Interpolant(
+    name="node values", tableau=tab.EULER, order=1, a_extra=np.zeros((0, 1)),
+    c_extra=np.zeros((0,)), weights=np.ones((1, 1)), kind="node values only",
+)
+
+
+def node_plan() -> Any:
+    """The `_dense.StagePlan` of saves at nodes (``land_on_ts``, or ``y(t1)`` only):
+    ``y_n`` kept, the slope ``f(t_n, y_n)`` for a save's time derivative."""
+    from .._dense import StagePlan, StageWeights  # _dense builds on the explicit family
+
+    return StagePlan(
+        a=np.zeros((1, 1)), b=np.ones(1), c=np.zeros(1), num_main=1, live=(0,),
+        interpolation_stages=(0,), weights=StageWeights(_NODE_VALUES, (0,)), end_stages=(),
+    )
+
+
+class AbstractRosenbrock(AbstractSolver):
+    """A Rosenbrock method: linearly implicit, one LU of ``I - gamma h J`` per step.
+
+    For stiff problems (Van der Pol with large ``mu``, chemical kinetics such as
+    Robertson's, discretised diffusion): the step size is bounded by accuracy, not by
+    stability.  ``J = df/dy`` is computed by `jax.jacfwd` (``N`` forward-mode products per
+    step), so the cost per step grows like ``N^3`` (the LU) for large states.  Gradients
+    are the exact discrete adjoint (module docstring).  Saves and ``SaveAt(dense=True)``
+    are evaluated on the method's continuous extension, without changing the steps;
+    `StoreStages` keeps ``y_n`` only (the stages need the factorisation anyway, so it is
+    `StoreStates`).
+    """
+
+    tableau: ClassVar[RosenbrockTableau]
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int:
+        return self.tableau.error_order
+
+    @property
+    def fsal(self) -> bool:
+        return False
+
+    @property
+    def rhs_evals_per_step(self) -> int:
+        return self.tableau.num_stages - 1
+
+    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
+        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next)
+
+    def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
+                     kbar_saves) -> tuple[Array, Any]:
+        del mu  # no integrand with Rosenbrock methods (`solve` rejects it)
+        y = stages[0] if y is None else y
+        return rosenbrock_reverse_step(
+            self.tableau, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves
+        )
+
+    def stage_plan(self, interpolating: bool) -> Any:
+        return dense_plan(self.tableau) if interpolating else node_plan()
+
+
+class Rodas3(AbstractRosenbrock):
+    """Rodas3: Rosenbrock 3(2), 4 stages, L-stable, stiffly accurate. Loose tolerances."""
+
+    tableau: ClassVar[RosenbrockTableau] = rtab.RODAS3
+
+
+class Rodas4(AbstractRosenbrock):
+    """Rodas4 (Hairer & Wanner): Rosenbrock 4(3), 6 stages, L-stable, stiffly accurate."""
+
+    tableau: ClassVar[RosenbrockTableau] = rtab.RODAS4
+
+
+class Rodas5(AbstractRosenbrock):
+    """Rodas5 (Di Marzo): Rosenbrock 5(4), 8 stages, L-stable, stiffly accurate.
+
+    The stiff solver for tight tolerances (``rtol <= 1e-6``).
+    """
+
+    tableau: ClassVar[RosenbrockTableau] = rtab.RODAS5
