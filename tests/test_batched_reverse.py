@@ -136,8 +136,7 @@ def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
 @pytest.mark.parametrize("path", list(PATHS))
 def test_checkpoint_strategies_agree_under_vmap(path):
     """To rounding, not bit for bit: XLA fuses the lanes' loop differently around each
-    strategy's reads (as it did before the shared loop; the unbatched sweeps are bitwise,
-    `test_bitwise.py`)."""
+    strategy's reads (the unbatched sweeps usually agree bitwise, `test_bitwise.py`)."""
     args, y0s = _problem(path)
     grads = [per_lane_grads(y0s, args, T1S, ck) for ck in CHECKPOINTS.values()]
     for other in grads[1:]:
