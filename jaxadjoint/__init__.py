@@ -49,6 +49,11 @@ from .solvers._rosenbrock_tableaus import RosenbrockTableau as RosenbrockTableau
 from .solvers._tableaus import ButcherTableau as ButcherTableau
 
 __version__ = "0.1.0"
+from ._check_gradient import (
+    GradientCheck as GradientCheck,
+    GradientComparison as GradientComparison,
+    check_gradient as check_gradient,
+)
 from ._continuous_adjoint import ContinuousAdjoint as ContinuousAdjoint
 from ._discrete_forward import DiscreteForward as DiscreteForward
 from ._finite_differences import FiniteDifferences as FiniteDifferences
@@ -57,4 +62,8 @@ from ._forward_sensitivity import (
     SensitivityTrajectory as SensitivityTrajectory,
     normalised_sensitivities as normalised_sensitivities,
     sensitivity_trajectory as sensitivity_trajectory,
+)
+from ._identifiability import (
+    Identifiability as Identifiability,
+    identifiability as identifiability,
 )

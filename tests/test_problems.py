@@ -53,6 +53,8 @@ ALL_PROBLEMS = {
     "van_der_pol": jp.van_der_pol_problem,
     "van_der_pol_paper": jp.van_der_pol_paper_problem,
     "brusselator": lambda: jp.brusselator_problem(8),
+    "brusselator_stiff": jp.brusselator_stiff_problem,
+    "van_der_pol_stiff": jp.van_der_pol_stiff_problem,
     "heat": lambda: jp.heat_problem(6),
     "exponential_decay": jp.exponential_decay_problem,
     "linear_system": jp.linear_system_problem,
@@ -112,6 +114,9 @@ def test_problem_is_frozen_and_jittable():
         lambda: jp.brusselator_problem(0),
         lambda: jp.heat_problem(2),
         lambda: jp.van_der_pol_problem(mu=-1.0),
+        lambda: jp.van_der_pol_stiff_problem(mu=0.0),
+        lambda: jp.van_der_pol_stiff_problem(t1=-1.0),
+        lambda: jp.brusselator_stiff_problem(0),
     ],
 )
 def test_invalid_sizes_raise(call):

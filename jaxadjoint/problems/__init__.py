@@ -4,6 +4,7 @@ from ._problem import ODEProblem as ODEProblem
 from .brusselator import (
     brusselator_problem as brusselator_problem,
     brusselator_rhs as brusselator_rhs,
+    brusselator_stiff_problem as brusselator_stiff_problem,
 )
 from .heat import (
     HEAT_PAPER_ALPHA as HEAT_PAPER_ALPHA,
@@ -53,4 +54,5 @@ from .van_der_pol import (
     van_der_pol_paper_problem as van_der_pol_paper_problem,
     van_der_pol_problem as van_der_pol_problem,
     van_der_pol_rhs as van_der_pol_rhs,
+    van_der_pol_stiff_problem as van_der_pol_stiff_problem,
 )

@@ -59,3 +59,24 @@ def van_der_pol_paper_problem() -> ODEProblem:
     mu = 1e3
     y0 = jnp.asarray(van_der_pol_initial_state(mu))
     return ODEProblem("van-der-pol-paper", van_der_pol_rhs, y0, jnp.asarray(mu), 0.0, 0.5)
+
+
+def van_der_pol_stiff_problem(mu: float = 1e6, t1: float = 2.0) -> ODEProblem:
+    """Very stiff Van der Pol: by default `mu = 1e6` on `[0, 2]`, for stiff solvers.
+
+    The same equations and slow-manifold initial state. The solution creeps along the slow
+    manifold from `x = 2` to `x = 1` (time `3/2 - ln 2 ~ 0.81`), jumps to `x ~ -2` on a time
+    scale `1/mu`, and creeps back: `[0, 2]` holds one jump, `[0, 0.5]` none. The relaxation
+    rate `mu (x^2 - 1)` reaches `3e6`; an explicit method's step is bounded by about `1/mu`
+    for ever (Dopri5 at `rtol = atol = 1e-6` does not reach `t = 0.5` in 20000 steps), while
+    Rodas5 needs about 420 accepted steps on `[0, 2]` and 8 on `[0, 0.5]`.
+    """
+    if not mu > 0:
+        raise ValueError(f"`mu` must be positive, got {mu!r}.")
+    if not t1 > 0:
+        raise ValueError(f"`t1` must be positive, got {t1!r}.")
+    y0 = jnp.asarray(van_der_pol_initial_state(mu))
+    return ODEProblem(
+        f"van-der-pol-stiff-mu{mu:g}-t{t1:g}", van_der_pol_rhs, y0, jnp.asarray(float(mu)), 0.0,
+        float(t1),
+    )

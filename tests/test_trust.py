@@ -1,0 +1,135 @@
+"""`check_gradient` and `identifiability`: the verdicts on a healthy and a broken case."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxadjoint as ja
+from jaxadjoint.problems import lotka_volterra_problem, robertson_problem, van_der_pol_problem
+
+
+def test_check_gradient_healthy_lotka_volterra():
+    pr = lotka_volterra_problem(t1=3.0)
+
+    def loss(p, **options):
+        return jnp.sum(ja.solve(pr.rhs, pr.y0, 0.0, 3.0, p, **options).ys[-1] ** 2)
+
+    check = ja.check_gradient(loss, pr.args, rtol=1e-6)
+    assert check.ok, str(check)
+    assert [c.verdict for c in check.comparisons] == ["round-off", "truncation", "truncation"]
+    assert check.comparisons[0].difference < 1e-13
+    assert check.gradient.shape == pr.args.shape
+    assert "OK" in str(check)
+
+
+def test_check_gradient_flags_stiff_van_der_pol():
+    # Dopri5 on mu = 1000: steps on the stability boundary.  The discrete derivative is exact
+    # (forward mode agrees to round-off) but is not the derivative of the ODE.
+    pr = van_der_pol_problem(mu=1000.0, t1=0.5)
+
+    def loss(p, **options):
+        sol = ja.solve(pr.rhs, pr.y0, 0.0, 0.5, p, max_steps=8192, **options)
+        return jnp.sum(sol.ys[-1])
+
+    check = ja.check_gradient(loss, pr.args, rtol=1e-4)
+    same_grid, tighter, fd = check.comparisons
+    assert same_grid.verdict == "round-off"
+    assert tighter.verdict == "WRONG" and fd.verdict == "WRONG"
+    assert not check.ok
+    assert "UNRELIABLE" in str(check)
+
+
+def test_check_gradient_rejects_bad_tolerances():
+    with pytest.raises(ValueError, match="tighter"):
+        ja.check_gradient(lambda p, **o: p, jnp.ones(()), tighter=1.0)
+
+
+def _lv_product(t, y, p):
+    # beta enters only as beta1 * beta2: the pair is structurally unidentifiable.
+    del t
+    alpha, beta1, beta2, gamma, delta = p
+    prey, predator = y
+    return jnp.stack(
+        [alpha * prey - beta1 * beta2 * prey * predator, delta * prey * predator - gamma * predator]
+    )
+
+
+def test_identifiability_detects_product_of_parameters():
+    p = jnp.array([1.5, 2.0, 0.5, 3.0, 1.0])
+    ts = jnp.linspace(0.5, 3.0, 6)
+    traj = ja.sensitivity_trajectory(
+        _lv_product, jnp.array([1.0, 1.0]), 0.0, 3.0, p, saveat=ts,
+        sensitivity=ja.DiscreteForward(), rtol=1e-8, atol=1e-8,
+    )
+    names = ["alpha", "beta1", "beta2", "gamma", "delta"]
+    report = ja.identifiability(traj, params=p, names=names)
+    assert report.rank == 4 and not report.identifiable
+    assert report.subsets[0] == (1, 2) and report.collinearity_of(["beta1", "beta2"]) > 1e6
+    assert report.condition_number > 1e12
+    assert report.ranking[0] == 0  # alpha, the growth rate, dominates
+    assert "NOT identifiable" in str(report)
+
+    # Without beta2 the remaining four are identifiable, from the same trajectory.
+    keep = np.array([0, 1, 3, 4])
+    reduced = ja.identifiability(
+        np.asarray(traj.dargs)[..., keep], params=np.asarray(p)[keep], ys=traj.ys,
+        names=[names[i] for i in keep],
+    )
+    assert reduced.rank == 4 and reduced.identifiable
+    assert np.all(reduced.collinearity < 15)
+
+
+def test_identifiability_robertson_matches_reference():
+    pr = robertson_problem(40.0)
+    traj = ja.sensitivity_trajectory(
+        pr.rhs, pr.y0, 0.0, 40.0, pr.args, saveat=jnp.array([0.4, 4.0, 40.0]),
+        sensitivity=ja.DiscreteForward(), solver=ja.Rodas5(), rtol=1e-8, atol=1e-10,
+    )
+    # The reference's table at t = 40 (its k2, k3 are our k3, k2).
+    final = np.asarray(ja.normalised_sensitivities(traj, pr.args))[-1]
+    expected = [[-0.23735, 0.19182, -0.09590], [0.19993, -0.25662, -0.37169],
+                [0.59790, -0.48319, 0.24160]]
+    np.testing.assert_allclose(final, expected, atol=2e-5)
+    report = ja.identifiability(traj, params=pr.args, names=["k1", "k2", "k3"])
+    assert report.rank == 3 and report.identifiable
+    assert report.ranking[0] == 0
+    assert report.state_influence.shape == (3, 3)
+    assert np.argmax(report.state_influence[2]) == 0  # y3 is k1-dominated
+    assert "identifiable" in str(report)
+
+
+def test_identifiability_input_errors():
+    S = np.ones((4, 2, 3))
+    with pytest.raises(ValueError, match="needs `params`"):
+        ja.identifiability(S)
+    with pytest.raises(ValueError, match="needs `ys`"):
+        ja.identifiability(S, params=np.ones(3))
+    with pytest.raises(ValueError, match="scale"):
+        ja.identifiability(S, scale="log")
+    with pytest.raises(ValueError, match="shape"):
+        ja.identifiability(np.ones(3), scale="none")
+    report = ja.identifiability(S[0], scale="none")
+    assert report.rank == 1 and report.state_influence is None
+
+
+def _check(grid, tighter, fd, grid_expected="round-off"):
+    def row(diff, expected, threshold):
+        verdict = "round-off" if diff <= 1e-12 else "truncation" if diff <= threshold else "WRONG"
+        return ja.GradientComparison("x", np.zeros(1), diff, expected, threshold, verdict)
+
+    grid_threshold = 1e-12 if grid_expected == "round-off" else 1e-4
+    comparisons = (row(grid, grid_expected, grid_threshold), row(tighter, "truncation", 1e-4),
+                   row(fd, "truncation", 1e-3))
+    return ja.GradientCheck(jnp.zeros(1), "M", 1e-6, 1e-6, 1e-12, 1e-4, comparisons)
+
+
+def test_check_gradient_summaries():
+    # The diagnosis that each pattern of verdicts leads to (no solves: the rows are given).
+    assert _check(1e-15, 1e-5, 1e-4).summary.startswith("OK: the gradient is the exact")
+    assert _check(1e-5, 1e-5, 1e-4, "truncation").summary.startswith("OK: the gradient agrees")
+    assert "bug" in _check(1e-6, 1e-5, 1e-4).summary
+    unreliable = _check(1e-8, 1.0, 1.0).summary
+    assert unreliable.startswith("UNRELIABLE") and "agree only to 1e-08" in unreliable
+    assert "non-smooth" in _check(1e-15, 1e-5, 1e-1).summary
+    assert "not finite" in _check(float("inf"), 1e-5, 1e-4).summary
+    assert "truncation" in _check(1e-1, 1e-5, 1e-4, "truncation").summary
