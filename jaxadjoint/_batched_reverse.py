@@ -2,45 +2,34 @@
 
 `jax.vmap` of a loss over many initial states (a neural ODE trained on a batch) batches
 the whole backward pass, the recorded step counts included.  Left to `vmap`, the sweep of
-`_reverse.reverse_sweep` (one solve) became
+`_reverse.reverse_sweep` (one solve) becomes
 
 - a `while_loop` with a batched predicate: after every iteration JAX selects between the
   old and the new carry of every lane, the per-lane parameter cotangent ``pbar`` (lanes x
   parameters) and the block of stage rows included;
 - a select in place of the `jax.lax.cond` that adds a block's parameter adjoint (its
-  predicate depends on the lane's step count): *every* iteration ran the block's
-  parameter VJP for every lane, four times the work with blocks of four steps, and
-  before that JAX broadcast the branch's operands to the batch (jax-ml/jax#1052): the
-  shared parameters of the right-hand side were copied once per lane, so every product
-  with them became a per-lane matrix product;
+  predicate depends on the lane's step count): *every* iteration runs the block's
+  parameter VJP for every lane, and before that JAX broadcasts the branch's operands to
+  the batch (jax-ml/jax#1052), so the shared parameters of the right-hand side are copied
+  once per lane and every product with them becomes a per-lane matrix product;
 - the same select-and-broadcast for the isolated stage VJPs of large states
-  (`_reverse._apply_vjp`) and for `Recursive`'s replays.
-
-Neural ODE of diffrax's example (MLP 2-64-64-2, Tsit5, float32, 256 initial states; one
-interleaved run): the gradient took 66 ms under `vmap`, against 69 ms for `jax.lax.map` of
-the one-solve gradient and 5.5 ms for the batched forward solve; of the 59 ms of the
-backward pass, 50 ms were the block VJPs, run every iteration with per-lane weight copies
-(measured by replacing them with zeros).
+  (`_reverse._apply_vjp`).
 
 **The shared loop.**  `batch_over_solves` gives a reverse pass a `custom_vmap` rule: when
 the step counts are batched, the lanes run one `while_loop` (`lanes_sweep`, and
 `_batched_recursive` for `Recursive`), as the forward loop does (`_forward.forward_loop`).
 Iteration ``i`` reverses step ``n_hi - 1 - i`` of every lane that still has one; a lane
 that is done stands still (one select of its carry per iteration, fused with the last
-update).  The branches of `_apply_vjp` and of `Recursive`'s replay take one side for all
-lanes (`_lanes.any_lane_cond`: the other side is exact where it is not needed).
+update).  The branches of `_apply_vjp` take one side for all lanes
+(`_lanes.any_lane_cond`: the other side is exact where it is not needed).
 
 **The parameter adjoint, stage by stage.**  Each lane takes `reverse_step`: one joint VJP
 per stage in the state and the parameters, each stage's parameter part added to ``pbar``
 on its own -- the arithmetic of the one-solve sweep for large states with few parameters
-(`_reverse.joint_stage_vjps`).  The alternative, the one-solve sweep's blocks of stage
-rows with one parameter VJP per block (added for all lanes together when a block is
-complete), re-evaluates the right-hand side on every row and ran the neural ODE's
-gradient 2x slower under `vmap` (65 against 34 ms; Lotka-Volterra, float64: 1.25x
-slower at N = 10, within 10 % at N = 50), because the batch makes those VJPs per-lane
-matrix products that cannot share work, while the joint VJPs' rank-one parameter parts
-fuse into one pass over ``pbar`` per stage.  Neural ODE above, now: 19 ms under `vmap`,
-0.27x `jax.lax.map` and 3.2x the batched forward solve.
+(`_reverse.joint_stage_vjps`).  Blocks of stage rows with one parameter VJP per block, as
+in the one-solve sweep, are slower here: the batch makes those VJPs per-lane matrix
+products that cannot share work, while the joint VJPs' rank-one parameter parts fuse into
+one pass over ``pbar`` per stage (figures: benchmarks/README.md, "Design measurements").
 
 **What is batched, and what stays unbatched.**  Nothing here is batched that `vmap` did
 not batch.  The parameters of the right-hand side, when the lanes share them (the network
@@ -60,11 +49,10 @@ only the adjoints carry the seeds (`tests/test_jaxpr.py`).
 the one-solve sweep, so its gradient is the exact derivative of its computed solution.
 Against the unbatched gradient of the same solve it differs only by rounding: the order
 in which the parameter adjoint is summed (per stage here, per block of steps in the
-one-solve sweep when it uses blocks) and XLA's batched kernels.  So do the checkpoint
-strategies against each other under `vmap` (as they did before: the bit-for-bit
-equality of `tests/test_bitwise.py` is a property of the one-solve sweeps).  The forward
-solves of a batch already round like this (the controller's error norm is a batched
-reduction).  `tests/test_batched_reverse.py` checks lanes against unbatched solves.
+one-solve sweep when it uses blocks) and XLA's batched kernels; so do the checkpoint
+strategies against each other under `vmap`.  The forward solves of a batch already round
+like this (the controller's error norm is a batched reduction).
+`tests/test_batched_reverse.py` checks lanes against unbatched solves.
 """
 
 from __future__ import annotations

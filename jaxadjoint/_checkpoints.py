@@ -1,9 +1,11 @@
 """What the forward pass keeps for the discrete adjoint, and how the reverse pass reads it.
 
-Every strategy replays the same reverse step on the same recorded grid, and all give
-bit-for-bit the same gradients, `StoreStages` included, though it linearises at the forward
-loop's stage values rather than recomputed ones (see `_reverse` for what that takes).
-They trade memory against recomputation:
+Every strategy runs the same reverse step, with the same operations in the same order, on
+the same recorded grid, so all give the same gradients to round-off: each is the exact
+derivative of the computed solution.  Bit for bit is usual but not guaranteed: XLA compiles
+the forward loop, `Recursive`'s replay and the reverse step separately and may round the
+same operations differently in each (`_reverse` says how).  They trade memory against
+recomputation:
 
 - `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
   Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the

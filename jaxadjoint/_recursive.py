@@ -24,17 +24,21 @@ first ``C_f = C // 2`` slots of a ``(C, N)`` buffer; when a checkpoint would be 
 
 **Cost.**  Memory: ``C`` states, plus the working vectors of one step (state, adjoint,
 stages) and the step grid of ``max_steps + 1`` *scalars* that every strategy records —
-no buffer of ``max_steps`` states.  Recomputation: every step is replayed at most
-``t = min{r : binom(C - C_f + r, r) >= d}`` times (each replay costs one forward step,
+no buffer of ``max_steps`` states.  The grid is what grows with ``max_steps``, by one
+scalar a step; the rest of the compiled gradient's memory does not.
+
+**Recomputation.**  Every step is replayed at most ``t = min{r : binom(C - C_f + r, r) >= d}``
+times (each replay costs one forward step,
 ``s - 1`` rhs evaluations for FSAL tableaus, ``s`` otherwise).  So ``t = 1``, *one
 extra forward pass*, while ``T <= C_f (C - C_f + 1)`` (e.g. ``T <= 1056`` for ``C = 64``,
 ``T <= 16 512`` for ``C = 256``), and ``t`` grows like ``log T / log C`` beyond: for
 ``C = 64``, ``t <= 2`` up to ``T ~ 2 * 10^4`` and ``t <= 3`` up to ``T ~ 2 * 10^5``.
 
 The replayed steps call the solver's step (`replay_step`) with the recorded grid values
-``t_n``, ``t_{n+1}`` and ``k_1 = f(t_n, y_n)`` (carried as the FSAL stage, as in
-the forward loop), so the replayed states are bitwise the forward ones and the gradient
-is bitwise that of `StoreStates`.
+``t_n``, ``t_{n+1}`` and ``k_1 = f(t_n, y_n)`` (carried as the FSAL stage, as in the
+forward loop), in a plain loop as the forward loop does, so the replayed states are the
+forward ones to round-off, and usually bit for bit (`_reverse` says what XLA may round
+differently).
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ from jax import Array
 from ._batched_reverse import batch_over_solves
 from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
-from ._lanes import any_lane_cond
 from ._reverse import add_save_state, initial_block, last_row, reverse_sweep
 from .solvers._base import StepOutput
 
@@ -82,13 +85,11 @@ def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, con
         slot = first_slot + jnp.where(consecutive, i, 0)
         return i + 1, step.y_new, k_next, stack.at[slot].set(step.y_new)
 
-    def run(stack):
-        k1 = f(grid[n0], y0)
-        return jax.lax.while_loop(cond, body, (jnp.int32(0), y0, k1, stack))[3]
-
-    # Skip the k1 evaluation when there is nothing to replay (a leaf of one step).
-    # (`any_lane_cond`: with num == 0, `run` returns the stack unchanged.)
-    return any_lane_cond(num > 0, run, lambda stack: stack, stack)
+    # k1 is evaluated even when there is nothing to replay (a leaf of one step): skipping
+    # it in a `jax.lax.cond` branch hid constants the forward loop folds (the time
+    # direction) and changed the rounding of the replayed states (see `_reverse`).
+    k1 = f(grid[n0], y0)
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), y0, k1, stack))[3]
 
 
 def _split_length(length: Array, free: Array, dtype: Any) -> Array:
@@ -132,11 +133,13 @@ class Recursive(AbstractCheckpoint):
     """Binomial checkpointing: memory of ``num_checkpoints`` states, whatever the steps.
 
     Keeps at most ``num_checkpoints`` states (``>= 2``), independent of ``max_steps``
-    and of the number of steps ``T``; replays each step at most
-    ``t = min{r : binom(C - C // 2 + r, r) >= d}`` times in the reverse pass, where
-    ``d <= max(1, 2 T / (C // 2))`` is the checkpoint interval the forward pass ends with:
-    one extra forward pass while ``T <= (C // 2) (C - C // 2 + 1)``, logarithmic growth
-    beyond.  Gradients are bitwise those of `StoreStates`.  See the module docstring.
+    and of the number of steps ``T``; what grows with ``max_steps`` is the recorded step
+    grid alone, ``max_steps + 1`` scalars (8 bytes a step in float64).  Replays each
+    step at most ``t = min{r : binom(C - C // 2 + r, r) >= d}`` times in the reverse
+    pass, where ``d <= max(1, 2 T / (C // 2))`` is the checkpoint interval the forward
+    pass ends with: one extra forward pass while ``T <= (C // 2) (C - C // 2 + 1)``,
+    logarithmic growth beyond.  Gradients agree with `StoreStates`' to round-off.  See
+    the module docstring.
     """
 
     num_checkpoints: int

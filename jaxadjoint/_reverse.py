@@ -19,32 +19,22 @@ values depend on the record alone, so XLA sees one unbatched stage recomputation
 batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
 step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
 
-**Bit for bit across checkpoint strategies.**  XLA on CPU compiles each fusion on its
-own and copies cheap producers (a stage recomputation) into every consumer; LLVM then
-turns ``a * b + c`` into a fused multiply-add, and for ``a * b + c * d`` which product
-it keeps unrounded, or the order of a reduction, depends on what else the fusion holds.
-`jax.lax.optimization_barrier` does not separate fusions on CPU.  So equal gradients
-need the same fusions, and the reverse pass is arranged for that (`reverse_sweep`):
-
-- `StoreStates` and `Recursive` run the same compiled reverse step on the same states
-  (`Recursive` replays steps exactly as the forward loop takes them), and sum the
-  parameter adjoint in an order fixed by the solve.  Blocks of steps (one step for few
-  parameters and small states, four for many parameters) are fixed sets of steps
-  whatever segment a sweep covers, and a block's parameter VJP is compiled on its own
-  (a `jax.lax.cond` branch) from the block's stage rows.  Large states with few
-  parameters take joint VJPs stage by stage, each in its own branch (`_apply_vjp`), and
-  add each stage's parameter part to the running ``pbar`` on its own, so that every
-  addition has a single product operand and rounds the same in any fusion.
-- `StoreStages` linearises at the stages the forward loop computed and stored; they
-  equal the recomputed ones bit for bit.  What could still differ is how XLA compiles
-  a VJP that consumes a loaded stage rather than one computed in place: it recomputes
-  ``kbar`` inside a parameter VJP's reduction when it can.  Branches keep the stage
-  cotangents materialised on every path (`joint_stage_vjps`), which made `StoreStages`
-  bitwise too (before, Vern6/7/8 on the test problem differed by a few ulp in a scalar
-  parameter's gradient).
-
-All three give equal gradients bit for bit (checked for every solver, both paths, both
-time directions, several right-hand sides and `jax.jacrev`; `tests/test_bitwise.py`).
+**Across checkpoint strategies.**  `StoreStates`, `StoreStages` and `Recursive` run the
+same operations in the same order on the same grid: stage values are built by
+`linear_combination` wherever they are computed (forward loop, `Recursive`'s replay, this
+reverse step), and the parameter adjoint is summed in an order fixed by the solve, not by
+the strategy (`reverse_sweep`).  So their gradients agree to round-off, not always bit for
+bit: XLA optimises the forward loop, the replay and the reverse step as separate loops
+and branches, and the same operations can compile to different rounding.  LLVM contracts
+``a * b + c`` into a fused multiply-add, and for ``u v + x y`` which product it keeps
+unrounded depends on the expression around it; that expression differs where a value is a
+constant in one place and an operand in another (a `jax.lax.cond` branch sees its operands
+as unknowns: `Recursive`'s replay is a plain loop for that reason, see
+`_recursive._replay`).  The order of a reduction can also depend on the fusion.
+The reverse pass keeps the compiled arithmetic alike where it can (stage cotangents
+materialised in branches, each addition to ``pbar`` with one product operand), so the
+strategies are usually bitwise equal (`tests/test_bitwise.py` pins this on fixed cases and
+checks agreement to round-off on random ones).
 """
 
 from __future__ import annotations
@@ -89,8 +79,8 @@ def _quadrature_stages(system: System) -> list[int]:
     return [m for m in tableau.live_stages if tableau.b[m] != 0]
 
 
-# Below this many state components a stage's cotangent is cheap to recompute, and the
-# branch (~0.2 us on CPU) costs more than it saves: Van der Pol (N = 2) ran 1.46x slower.
+# Below this many state components a stage's cotangent is cheaper to recompute than a
+# branch (~0.2 us on CPU) is to take (figures: benchmarks/README.md, "Design measurements").
 ISOLATED_VJP_MIN_SIZE = 32
 
 
@@ -100,9 +90,8 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
     XLA on CPU copies cheap elementwise producers into every consumer.  A transposed
     stencil (the right-hand side of a discretised PDE) gives a stage cotangent
     ``Ybar_m`` that is a sum of shifted arrays, never materialised: each later ``kbar``,
-    and each tap of each later stencil, summed it again.  That made the reverse step of
-    a 2-D heat equation (192 x 192) 4.8x slower than with ``Ybar_m`` materialised.  A
-    branch's operands and results are materialised buffers;
+    and each tap of each later stencil, summed it again (several times slower on a 2-D
+    heat equation).  A branch's operands and results are materialised buffers;
     `jax.lax.optimization_barrier` does not separate fusions on CPU.  The other branch
     is exact: when ``h == 0`` every ``kbar`` is ``h * (...) = 0``, and a vector–Jacobian
     product is linear in its cotangent.  That is also why, under `jax.vmap` with lanes
@@ -352,11 +341,8 @@ def block_size(params: Any, state_size: int) -> int:
     outnumber the states (an interaction matrix, a neural network).  A block also keeps
     every stage of its steps alive at once, so for large states with few parameters (a
     discretised PDE with a handful of coefficients) one step at a time uses less memory,
-    and small problems compile faster.  Measured on Lotka–Volterra (wall time, rtol 1e-8,
-    `jax.jacrev` of x(t1) with respect to ``(y0, (r, A))``, 2026-11-21): blocks take 0.68x
-    the time of one step at a time at N = 50 and 0.93x at N = 100–200; gradients are within
-    4 % either way.  (Before the stage VJPs got their own branches, `_apply_vjp`, blocks
-    were 3–5x faster: much of their gain was the same materialisation.)
+    and small problems compile faster.  The threshold is a measured trade-off
+    (benchmarks/README.md, "Design measurements").
     """
     num_params = sum(x.size for x in jax.tree.leaves(params))
     return 4 if num_params >= max(4 * state_size, 1024) else 1
@@ -368,13 +354,11 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
     True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters:
     each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees
     the same materialised ``kbar``, and the right-hand side is linearised once per stage
-    (a separate parameter VJP would linearise it again: +20–46 % on the heat equation).
-    Smaller states skip those branches (they cost more than a small stage), and XLA may
-    then recompute ``kbar`` inside the parameter VJP's reduction, rounded differently
-    depending on whether the stage was loaded or recomputed (`StoreStages` against
-    `StoreStates`: a few ulp in a scalar parameter's gradient with Vern6/7/8).  So small
-    states take the parameter adjoint per step, as a block of one step: one branch a
-    step (Van der Pol: +3 %), bitwise equal for every strategy.
+    (a separate parameter VJP would linearise it again).  Smaller states skip those
+    branches (they cost more than a small stage); XLA may then recompute ``kbar`` inside
+    the parameter VJP's reduction, rounded differently depending on whether the stage was
+    loaded (`StoreStages`) or recomputed.  So small states take the parameter adjoint per
+    step, as a block of one step: one cheap branch a step keeps the strategies alike.
     """
     return block_size(params, state_size) == 1 and state_size >= ISOLATED_VJP_MIN_SIZE
 

@@ -18,12 +18,8 @@ release, or if registration fails, or with ``JAXADJOINT_UNINITIALISED=zeros``, a
 says why and the buffers are zero-filled (`jax.lax.empty`, a zero broadcast on CPU);
 ``JAXADJOINT_UNINITIALISED=ffi`` uses the handler on any release.  Results are the same
 (only written slots are read); the cost is a pass over every buffer on every call, which
-matters only for large states with a large ``max_steps``.  Measured on a loaded 2-core CPU,
-gradients interleaved in one process: Lotka–Volterra (2 species, 195 steps) is unchanged
-within noise (2.5 ms) at ``max_steps`` 4096 and 65 536; the 64 x 64 heat equation (19
-steps, 32 KiB a state) takes 15–17 ms with the handler at ``max_steps`` 4096 and 16 384,
-and 142 ms and 563 ms zero-filled (its 134 MB and 537 MB records are written, and become
-resident, on every call).
+matters only for large states with a large ``max_steps`` (figures: benchmarks/README.md,
+"Design measurements").
 
 Under `jax.vmap` the buffer must come out batched already: a batched loop carry whose
 initial value is unbatched is broadcast, which would fill it.  Callers therefore pass a

@@ -76,6 +76,14 @@ def _loss(y0, args, t1, checkpoint):
     return jnp.sum(jnp.sin(_solve(y0, args, t1, checkpoint).ys[0]))
 
 
+# Compiled once per module and shared by the tests (a fresh `jax.jit(jax.vmap(...))` in each
+# test would compile the same program again): the gradient of one solve, `vmap(grad)` over
+# lanes with per-lane end times, and the sum over lanes' gradient (`grad(vmap)`).
+_grad = jax.grad(_loss, argnums=(0, 1))
+single_grad = jax.jit(_grad, static_argnums=3)
+per_lane_grads = jax.jit(jax.vmap(_grad, in_axes=(0, None, 0, None)), static_argnums=3)
+
+
 def _max_rel(x, y) -> float:
     xs, ys = jax.tree.leaves(x), jax.tree.leaves(y)
     num = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(xs, ys))
@@ -108,13 +116,10 @@ def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
     assert list(np.asarray(steps)) == single_steps
     assert len(set(single_steps)) >= 3  # lanes stop at different steps
 
-    grad = jax.grad(_loss, argnums=(0, 1))
-    single = [jax.jit(grad, static_argnums=3)(y0s[i], args, T1S[i], ck) for i in range(LANES)]
+    single = [single_grad(y0s[i], args, T1S[i], ck) for i in range(LANES)]
 
     # vmap(grad): one gradient per lane.
-    per_lane = jax.jit(jax.vmap(grad, in_axes=(0, None, 0, None)), static_argnums=3)(
-        y0s, args, T1S, ck
-    )
+    per_lane = per_lane_grads(y0s, args, T1S, ck)
     for i in range(LANES):
         assert _max_rel(jax.tree.map(lambda x, i=i: x[i], per_lane), single[i]) < 1e-12
 
@@ -131,14 +136,9 @@ def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
 @pytest.mark.parametrize("path", list(PATHS))
 def test_checkpoint_strategies_agree_under_vmap(path):
     """To rounding, not bit for bit: XLA fuses the lanes' loop differently around each
-    strategy's reads (as it did before the shared loop; the unbatched sweeps are bitwise,
-    `test_bitwise.py`)."""
+    strategy's reads (the unbatched sweeps usually agree bitwise, `test_bitwise.py`)."""
     args, y0s = _problem(path)
-    grads = [
-        jax.jit(jax.vmap(jax.grad(_loss, argnums=(0, 1)), in_axes=(0, None, 0, None)),
-                static_argnums=3)(y0s, args, T1S, ck)
-        for ck in CHECKPOINTS.values()
-    ]
+    grads = [per_lane_grads(y0s, args, T1S, ck) for ck in CHECKPOINTS.values()]
     for other in grads[1:]:
         assert _max_rel(other, grads[0]) < 1e-14
 
@@ -167,15 +167,14 @@ def test_nested_vmap_and_jacrev_of_vmap():
     """Batches of batches, and `jacrev` (seeds) around a batch of solves."""
     args, y0s = _problem("one-step")
     ck = ja.StoreStates()
-    grad = jax.grad(_loss, argnums=(0, 1))
     grid_y0s = jnp.stack([y0s, 0.5 * y0s])  # (2, LANES, n)
-    nested = jax.jit(jax.vmap(jax.vmap(grad, in_axes=(0, None, 0, None)),
+    nested = jax.jit(jax.vmap(jax.vmap(_grad, in_axes=(0, None, 0, None)),
                               in_axes=(0, None, None, None)), static_argnums=3)(
         grid_y0s, args, T1S, ck
     )
     for k in range(2):
         for i in range(LANES):
-            single = grad(grid_y0s[k, i], args, T1S[i], ck)
+            single = single_grad(grid_y0s[k, i], args, T1S[i], ck)
             assert _max_rel(jax.tree.map(lambda x, k=k, i=i: x[k, i], nested), single) < 1e-12
 
     def finals(args):

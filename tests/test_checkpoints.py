@@ -174,8 +174,9 @@ def test_long_solve_recomputation_bound(num_checkpoints, monkeypatch):
         assert t >= 5  # 4 checkpoints for 1000 steps: more replays, still exact
 
 
-def test_memory_independent_of_max_steps():
-    """Compiled buffers of Recursive grow with max_steps only by the scalar step grid."""
+def test_memory_grows_only_by_the_step_grid():
+    """Compiled temporaries of `Recursive` grow with ``max_steps`` by the step grid alone:
+    one float64 per step (``max_steps + 1`` times), nothing of the state's size."""
     y0 = jnp.ones(512)
 
     def temp_bytes(checkpoint, max_steps):
@@ -191,7 +192,7 @@ def test_memory_independent_of_max_steps():
 
     rec = ja.Recursive(8)
     grow = temp_bytes(rec, 4096) - temp_bytes(rec, 64)
-    assert grow <= 4 * 8 * 4096  # a few scalar arrays of length max_steps, no states
+    assert abs(grow - 8 * (4096 - 64)) <= 1024  # 8 bytes a step, up to buffer alignment
     assert temp_bytes(ja.StoreStates(), 4096) >= 8 * 512 * 4096  # the states buffer
 
 

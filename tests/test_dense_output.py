@@ -9,6 +9,8 @@ on the save times, the save-time derivative is the interpolant's own, `land_on_t
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import helpers
 import jax
@@ -45,19 +47,25 @@ def loss_and_sol(y0, theta, ts, saveat_kind, solver, sensitivity):
 
 
 @eqx.filter_jit
-def gradient(y0, theta, ts, saveat_kind, solver, sensitivity):
-    return jax.grad(lambda *a: loss_and_sol(*a, saveat_kind, solver, sensitivity)[0],
-                    argnums=(0, 1, 2))(y0, theta, ts)
+def value_grad_and_sol(y0, theta, ts, saveat_kind, solver, sensitivity):
+    """``(loss, d loss / d(y0, theta, ts), sol)``: one compilation serves a test's solve,
+    its gradient and its finite differences."""
+    (value, sol), grads = jax.value_and_grad(
+        lambda *a: loss_and_sol(*a, saveat_kind, solver, sensitivity), argnums=(0, 1, 2),
+        has_aux=True,
+    )(y0, theta, ts)
+    return value, grads, sol
 
 
-def replay_gradient(solver, steps):
-    grid = helpers.accepted_grid(steps)
+def replay_gradient(solver, grid, weights=WEIGHTS, times=TS):
+    """`jax.grad` of the replay on ``grid`` (compiled: much cheaper than running it op by
+    op)."""
 
     def loss(y0, theta, ts):
         ys, _ = ja.replay_on_grid(lotka_volterra, solver, y0, theta, grid, ts)
-        return jnp.sum(WEIGHTS * ys)
+        return jnp.sum(weights * ys)
 
-    return jax.grad(loss, argnums=(0, 1, 2))(Y0, THETA, TS)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(Y0, THETA, times)
 
 
 # Three kinds of interpolant: on the step's stages (Tsit5), with extra stages (Vern6), with
@@ -68,17 +76,16 @@ def test_save_time_gradient_is_the_interpolants(solver):
     """d/d(ts) is the interpolant's time derivative, exactly as the replay's autodiff gives
     it (with y0 and parameters), and finite differences of the saves agree with it."""
     adjoint = ja.DiscreteAdjoint()
-    _, sol = loss_and_sol(Y0, THETA, TS, "interpolate", solver, adjoint)
-    ours = gradient(Y0, THETA, TS, "interpolate", solver, adjoint)
-    reference = replay_gradient(solver, sol)
+    _, ours, sol = value_grad_and_sol(Y0, THETA, TS, "interpolate", solver, adjoint)
+    reference = replay_gradient(solver, helpers.accepted_grid(sol))
     # Verner's stage sums round differently in the replay (coefficients in the hundreds).
     assert helpers.max_rel_diff(ours, reference) < (1e-10 if "Vern" in solver.tableau.name
                                                     else 1e-12)
     # Finite differences in one interior save time (the grid does not move with it).
     k, eps = 3, 1e-6
     bump = jnp.zeros_like(TS).at[k].set(eps)
-    plus = loss_and_sol(Y0, THETA, TS + bump, "interpolate", solver, adjoint)[0]
-    minus = loss_and_sol(Y0, THETA, TS - bump, "interpolate", solver, adjoint)[0]
+    plus = value_grad_and_sol(Y0, THETA, TS + bump, "interpolate", solver, adjoint)[0]
+    minus = value_grad_and_sol(Y0, THETA, TS - bump, "interpolate", solver, adjoint)[0]
     assert abs(float((plus - minus) / (2 * eps)) - float(ours[2][k])) < 1e-7
 
 
@@ -86,7 +93,7 @@ def test_steps_do_not_depend_on_saves_and_nodes_are_exact():
     """The same steps as the solve without save times; a save at t1 is y(t1) bitwise, a
     save at t0 is y0, repeated times give the same state."""
     solver = ja.Tsit5()
-    _, sol = loss_and_sol(Y0, THETA, TS, "interpolate", solver, ja.DiscreteAdjoint())
+    _, _, sol = value_grad_and_sol(Y0, THETA, TS, "interpolate", solver, ja.DiscreteAdjoint())
     plain = ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, solver=solver, rtol=1e-7, atol=1e-7,
                      max_steps=512)
     np.testing.assert_array_equal(sol.steps, plain.steps)
@@ -120,11 +127,10 @@ def test_land_on_ts(solver):
         assert helpers.max_rel_diff(sol.ys, ys) < 1e-13
         return
     adjoint = ja.DiscreteAdjoint()
-    _, sol = loss_and_sol(Y0, THETA, TS, "land", solver, adjoint)
+    _, ours, sol = value_grad_and_sol(Y0, THETA, TS, "land", solver, adjoint)
     grid = helpers.accepted_grid(sol)
     assert all(t in grid for t in np.asarray(TS))
-    ours = gradient(Y0, THETA, TS, "land", solver, adjoint)
-    assert helpers.max_rel_diff(ours, replay_gradient(solver, sol)) < 1e-12
+    assert helpers.max_rel_diff(ours, replay_gradient(solver, grid)) < 1e-12
 
 
 @pytest.mark.parametrize(
@@ -136,30 +142,37 @@ def test_dense_solution(sensitivity):
     """`sol.evaluate(t)` anywhere in [t0, t1]: the saves' values, differentiable in the
     inputs and in t like the replay's interpolant; NaN outside."""
     solver = ja.Tsit5()
-    _, sol = loss_and_sol(Y0, THETA, TS, "dense", solver, sensitivity)
+    ours, sol = dense_grad(Y0, THETA, DENSE_TIMES, solver, sensitivity)
     np.testing.assert_allclose(sol.evaluate(TS), sol.ys, rtol=1e-14, atol=1e-14)
     np.testing.assert_array_equal(sol.evaluate(T1), sol.ys[-1])
     assert np.all(np.isnan(np.asarray(sol.evaluate(jnp.array([-0.1, T1 + 0.1])))))
-    grid = helpers.accepted_grid(sol)
-    times = jnp.array([0.2, 1.7, 1.7, 5.5])
+    reference = _dense_reference(tuple(helpers.accepted_grid(sol).tolist()))
+    assert helpers.max_rel_diff(ours, reference) < 1e-12
 
-    @eqx.filter_jit
-    def dense_grad(y0, theta, times):
-        def loss(y0, theta, times):
-            sol = ja.solve(lotka_volterra, y0, 0.0, T1, theta, saveat=ja.SaveAt(dense=True),
-                           solver=solver, rtol=1e-7, atol=1e-7, sensitivity=sensitivity,
-                           max_steps=512)
-            return jnp.sum(jnp.sin(jnp.arange(8.0)).reshape(4, 2) * sol.evaluate(times))
 
-        return jax.grad(loss, argnums=(0, 1, 2))(y0, theta, times)
+DENSE_TIMES = jnp.array([0.2, 1.7, 1.7, 5.5])
+DENSE_WEIGHTS = jnp.sin(jnp.arange(8.0)).reshape(4, 2)
 
-    def reference(y0, theta, times):
-        ys, _ = ja.replay_on_grid(lotka_volterra, solver, y0, theta, grid, times)
-        return jnp.sum(jnp.sin(jnp.arange(8.0)).reshape(4, 2) * ys)
 
-    ours = dense_grad(Y0, THETA, times)
-    assert helpers.max_rel_diff(ours, jax.grad(reference, argnums=(0, 1, 2))(
-        Y0, THETA, times)) < 1e-12
+@eqx.filter_jit
+def dense_grad(y0, theta, times, solver, sensitivity):
+    """The gradient of a loss on ``sol.evaluate(times)``, and the dense solution (with
+    saves at ``TS``) it was taken on."""
+
+    def loss(y0, theta, times):
+        sol = ja.solve(lotka_volterra, y0, 0.0, T1, theta, saveat=ja.SaveAt(ts=TS, dense=True),
+                       solver=solver, rtol=1e-7, atol=1e-7, sensitivity=sensitivity,
+                       max_steps=512)
+        return jnp.sum(DENSE_WEIGHTS * sol.evaluate(times)), sol
+
+    grads, sol = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(y0, theta, times)
+    return grads, sol
+
+
+@functools.cache
+def _dense_reference(grid: tuple) -> tuple:
+    """The replay's gradient on a grid, computed once for the strategies that share it."""
+    return replay_gradient(ja.Tsit5(), np.asarray(grid), DENSE_WEIGHTS, DENSE_TIMES)
 
 
 def test_evaluate_needs_a_dense_solution():
@@ -193,6 +206,11 @@ def _no_throw(ts):
     return ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ts, throw=False)
 
 
+@eqx.filter_jit
+def _throwing(ts):
+    return ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ts).ys
+
+
 @pytest.mark.parametrize(
     "ts",
     [[0.5, 0.2, 1.0], [0.5, 1.0, 7.0], [-1.0, 0.5, 1.0], [0.5, jnp.nan, 1.0]],
@@ -205,12 +223,8 @@ def test_bad_save_times_inside_jit_fail_through_result(ts):
     assert sol.result == ja.RESULTS.invalid_save_times
     assert "`saveat` must hold finite times" in ja.RESULTS[ja.RESULTS.invalid_save_times]
 
-    @eqx.filter_jit
-    def throwing(ts):
-        return ja.solve(lotka_volterra, Y0, 0.0, T1, THETA, saveat=ts).ys
-
     with pytest.raises(eqx.EquinoxRuntimeError, match="`saveat` must hold finite times"):
-        jax.block_until_ready(throwing(jnp.asarray(ts)))
+        jax.block_until_ready(_throwing(jnp.asarray(ts)))
 
 
 def test_vmap_over_save_times_and_states():
@@ -223,7 +237,10 @@ def test_vmap_over_save_times_and_states():
 
     batched = jax.vmap(one)(y0s, ts)
     for i in range(2):
-        np.testing.assert_allclose(batched[i], one(y0s[i], ts[i]), rtol=1e-13, atol=1e-13)
+        # The single solves: the compilation of `test_save_time_gradient_is_the_interpolants`.
+        single = value_grad_and_sol(y0s[i], THETA, ts[i], "interpolate", ja.Tsit5(),
+                                    ja.DiscreteAdjoint())[2].ys
+        np.testing.assert_allclose(batched[i], single, rtol=1e-13, atol=1e-13)
 
 
 def test_many_save_times_cost_follows_the_saves():
@@ -231,13 +248,14 @@ def test_many_save_times_cost_follows_the_saves():
     n_save x max_steps, and its temporaries grow with n_save, not with max_steps."""
 
     def temp_bytes(n_save, max_steps):
+        # The save times as an argument: as a constant, XLA would fold 10 000 of them.
         ts = jnp.linspace(0.0, T1, n_save)
 
-        def loss(theta):
+        def loss(theta, ts):
             sol = ja.solve(lotka_volterra, Y0, 0.0, T1, theta, saveat=ts, max_steps=max_steps)
             return jnp.sum(sol.ys ** 2)
 
-        compiled = jax.jit(jax.grad(loss)).lower(THETA).compile()
+        compiled = jax.jit(jax.grad(loss)).lower(THETA, ts).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
     small, large = temp_bytes(10_000, 1024), temp_bytes(10_000, 16_384)

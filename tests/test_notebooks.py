@@ -9,11 +9,18 @@ and as `notebooks/_build.py` runs them.
 Every figure a notebook saves (`fig.savefig("name.png")`) must also be embedded in it, as an
 image output of the cell that saves it: checked on the committed notebooks and on every
 fast-mode run.
+
+The fast-mode runs are background jobs (`background_jobs.py`, `run_notebook.py`): each
+kernel runs beside the in-process tests, and its test checks the executed copy.
 """
 
+import os
 import re
+import sys
+import tempfile
 from pathlib import Path
 
+import background_jobs as background
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -94,21 +101,41 @@ def test_committed_notebook_shows_its_figures(path):
     assert path.stat().st_size < MAX_NOTEBOOK_BYTES
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_in_fast_mode(path, monkeypatch):
-    monkeypatch.setenv("JAXADJOINT_NOTEBOOK_MODE", "fast")
-    monkeypatch.setenv("MPLBACKEND", INLINE_BACKEND)
-    figures_before = {p: p.stat().st_mtime_ns for p in NOTEBOOKS_DIR.glob("*.png")}
-    notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook, timeout=600, kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},
-    )
-    client.execute()  # raises CellExecutionError with the failing cell's traceback
+def _fast_mode_job(path: Path):
+    """Execute ``path`` in fast mode in a fresh process; ``(result, executed notebook, figure
+    modification times before and after)``."""
+
+    def execute():
+        env = dict(os.environ, JAXADJOINT_NOTEBOOK_MODE="fast", MPLBACKEND=INLINE_BACKEND)
+        figures_before = {p: p.stat().st_mtime_ns for p in NOTEBOOKS_DIR.glob("*.png")}
+        with tempfile.TemporaryDirectory() as scratch:
+            executed = Path(scratch) / path.name
+            result = background.run(
+                [sys.executable, str(Path(__file__).parent / "run_notebook.py"), str(path),
+                 str(executed)], env=env,
+            )
+            notebook = nbformat.read(executed, as_version=4) if executed.exists() else None
+        figures_after = {p: p.stat().st_mtime_ns for p in NOTEBOOKS_DIR.glob("*.png")}
+        return result, notebook, figures_before, figures_after
+
+    return background.job(f"notebook {path.stem}")(execute)
+
+
+for _path in NOTEBOOKS:
+    _fast_mode_job(_path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.background(f"notebook {p.stem}")) for p in NOTEBOOKS],
+    ids=[p.stem for p in NOTEBOOKS],
+)
+def test_notebook_runs_in_fast_mode(path):
+    result, notebook, figures_before, figures_after = background.result(f"notebook {path.stem}")
+    assert result.returncode == 0, result.stderr[-5000:]
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "mode: fast" in text
     assert figures_without_image(notebook) == []
-    figures_after = {p: p.stat().st_mtime_ns for p in NOTEBOOKS_DIR.glob("*.png")}
     assert figures_after == figures_before, "fast mode must not overwrite the committed figures"

@@ -1,7 +1,13 @@
-"""The README's first command, `python -m jaxadjoint`, runs the tour, which verifies itself."""
+"""The README's first command, `python -m jaxadjoint`, runs the tour, which verifies itself.
+
+The tour runs in a background job (`background_jobs.py`), beside the in-process tests.
+"""
 
 import subprocess
 import sys
+
+import background_jobs as background
+import pytest
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -9,8 +15,14 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@background.job("tour")
+def _tour() -> subprocess.CompletedProcess:
+    return background.run([sys.executable, "-m", "jaxadjoint"])
+
+
+@pytest.mark.background("tour")
 def test_tour_runs_and_verifies():
-    result = _run("jaxadjoint")
+    result = background.result("tour")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: every derivative matches the replay to round-off." in result.stdout
     assert "Generalised LV (20 species)" in result.stdout

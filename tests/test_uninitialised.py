@@ -4,7 +4,8 @@
 the jaxlib releases in `TESTED_JAXLIB` (or when ``JAXADJOINT_UNINITIALISED=ffi``); on any
 other it warns and zero-fills the ``max_steps``-long buffers.  The fallback is run here
 in a fresh process (the choice is made once per process): the same gradients, under
-`jax.vmap` too, no FFI call in the compiled program, and the warning.
+`jax.vmap` too, no FFI call in the compiled program, and the warning.  Both processes are
+background jobs (`background_jobs.py`), run beside the in-process tests.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import background_jobs as background
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,10 +68,17 @@ print(json.dumps(out))
 """
 
 
-def _run(program: str, mode: str) -> dict:
+def _run(mode: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, **{ENVIRONMENT_VARIABLE: mode})
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                            timeout=600, env=env)
+    return background.run([sys.executable, "-c", PROGRAM], env=env)
+
+
+for _mode in ("ffi", "zeros"):
+    background.job(f"uninitialised {_mode}")(lambda mode=_mode: _run(mode))
+
+
+def _output(mode: str) -> dict:
+    result = background.result(f"uninitialised {mode}")
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -100,9 +109,10 @@ def test_installed_jaxlib_is_tested():
     assert handler_choice(jaxlib.__version__, None) is None, jaxlib.__version__
 
 
+@pytest.mark.background("uninitialised ffi", "uninitialised zeros")
 def test_fallback_gives_the_same_gradients_and_warns():
-    with_handler = _run(PROGRAM, "ffi")
-    zero_filled = _run(PROGRAM, "zeros")
+    with_handler = _output("ffi")
+    zero_filled = _output("zeros")
     assert with_handler["handler"] and with_handler["ffi call"]
     assert not with_handler["warnings"]
     assert not zero_filled["handler"] and not zero_filled["ffi call"]
