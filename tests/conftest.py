@@ -4,10 +4,28 @@ Also starts the background jobs (`background_jobs.py`) of the selected tests onc
 collected, and ends them with the session.
 """
 
+import gc
+
 import jax
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop every compiled program when a test module ends.
+
+    Each XLA CPU executable holds memory mappings (about 80 per program here); one pytest
+    process that keeps all ~800 of the suite's programs alive reaches Linux's default
+    ``vm.max_map_count`` (65 530), and LLVM then crashes (a segmentation fault inside
+    ``backend_compile_and_load``, seen twice at ~87 % of the suite).  Modules share compiled
+    functions within themselves, so clearing between modules costs little.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 def pytest_configure(config):
