@@ -33,6 +33,7 @@ from jax import Array
 
 from ._uninitialised import uninitialised
 from .solvers import _interpolants
+from .solvers._base import continuous_extension
 from .solvers._explicit import AbstractERK, linear_combination, stage_time
 
 
@@ -92,8 +93,7 @@ class StageWeights:
             terms = [float(bern[m, i]) * basis[i] for i in range(degree + 1) if bern[m, i] != 0]
             rest.append(_sum(terms) if terms else jnp.zeros_like(theta))
         first = theta - _sum(rest) if rest else theta
-        acc = _sum([w[:, None] * k[:, j, :] for j, w in enumerate([first, *rest])])
-        return y + h[:, None] * acc
+        return continuous_extension(y, h, [first, *rest], k)
 
 
 class StagePlan(NamedTuple):

@@ -31,6 +31,16 @@ from jax import Array
 FlatField = Callable[[Array, Array], Array]
 
 
+def continuous_extension(y: Array, h: Array, weights: list[Array], k: Array) -> Array:
+    """``y + h sum_l weights[l] k_l`` for ``y (M, N)``, ``h (M,)``, ``k (M, L, N)``, the
+    weights ``(M,)`` each: the sum in stage order, as unrolled elementwise arithmetic that
+    XLA fuses into one loop over the ``M`` times (every family's dense output ends here)."""
+    acc = weights[0][:, None] * k[:, 0, :]
+    for j, w in enumerate(weights[1:], start=1):
+        acc = acc + w[:, None] * k[:, j, :]
+    return y + h[:, None] * acc
+
+
 class StepOutput(NamedTuple):
     y_new: Array
     y_error: Array | None  # the embedded error estimate; None without an embedded pair

@@ -53,7 +53,7 @@ import numpy as np
 from jax import Array
 
 from . import _rosenbrock_tableaus as rtab, _tableaus as tab
-from ._base import AbstractSolver, FlatField, StepOutput
+from ._base import AbstractSolver, FlatField, StepOutput, continuous_extension
 from ._interpolants import Interpolant
 from ._rosenbrock_tableaus import RosenbrockTableau
 
@@ -230,11 +230,7 @@ class RosenbrockWeights:
 
     def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
         """``y + h sum_i b_i(theta) k_i`` for ``theta (M,)``, ``y (M, N)``, ``k (M, s, N)``."""
-        terms = [w[:, None] * k[:, i, :] for i, w in enumerate(self._weights(theta))]
-        acc = terms[0]
-        for term in terms[1:]:
-            acc = acc + term
-        return y + h[:, None] * acc
+        return continuous_extension(y, h, self._weights(theta), k)
 
     def initial_slope(self) -> float:
         """``b_1'(0) = m_1 + H_11``: the final state's row holds ``f(t_T, y_T) / b_1'(0)``."""
