@@ -27,7 +27,7 @@ from ._checkpoints import AbstractCheckpoint, StoreStates
 from ._dense import DenseRows, row_cotangents
 from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
-from ._reverse import SaveCotangents
+from ._reverse import SaveCotangents, last_end_stage_adjoint
 from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
 from ._system import Problem, System
 
@@ -107,6 +107,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
 
     lam = jnp.zeros_like(problem.y0)
     pbar = jax.tree.map(jnp.zeros_like, params)
+    end = last_end_stage_adjoint(system, params, direction, saves, grid[num_accepted],
+                                 y_final, num_accepted)
+    if end is not None:
+        lam, pbar = end
     lam, pbar = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )

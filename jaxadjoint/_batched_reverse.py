@@ -203,9 +203,11 @@ def lanes_sweep(
 
     def advance(ln: Lane, c: dict) -> dict:
         n, ((y, stages), tau, t_next) = c["n"], c["data"]
+        kbar_saves = save_slopes_cotangent(ln.saves, c["j"], n,
+                                           ln.system.stage_plan.carried_end)
         lam, pbar = ln.system.solver.reverse_step(
             ln.system, tau, t_next, y, stages, c["lam"], ln.mu, ln.params,
-            ln.direction, c["pbar"], save_slopes_cotangent(ln.saves, c["j"], n),
+            ln.direction, c["pbar"], kbar_saves,
         )
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar)

@@ -112,6 +112,10 @@ class StagePlan(NamedTuple):
     interpolation_stages: tuple[int, ...]  # stages whose slopes the interpolant reads
     weights: StageWeights  # b_m(theta) of each interpolation stage
     end_stages: tuple[int, ...]  # stages equal to f(t_{n+1}, y_{n+1}): evaluated at t_{n+1}
+    # The interpolation slot of an end stage that the reverse pass does not linearise: its
+    # slope is the next step's first slope, so its save cotangent is carried there
+    # (`_reverse.save_slopes_cotangent`); ``None`` if there is none.
+    carried_end: int | None = None
 
 
 def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
@@ -132,15 +136,39 @@ def stage_plan(solver: AbstractERK, interpolating: bool) -> StagePlan:
     used = tuple(m for m in range(s + e) if np.any(interp.weights[m] != 0))
     weights = StageWeights(interp, used)
     end = () if interp.end_stage is None else (interp.end_stage,)
+    carried = carried_end_stage(a, b, used, end) if interpolating else None
     if interpolating:
         needed = [False] * (s + e)
         for m in reversed(range(s + e)):
-            needed[m] = (b[m] != 0 or m in used
+            read = m in used and m != carried
+            needed[m] = (b[m] != 0 or read
                          or any(needed[q] and a[q, m] != 0 for q in range(m + 1, s + e)))
         live = tuple(m for m in range(s + e) if needed[m])
     else:
         live = tableau.live_stages
-    return StagePlan(a, b, c, s, live, used, weights, end)
+    slot = None if carried is None else used.index(carried)
+    return StagePlan(a, b, c, s, live, used, weights, end, slot)
+
+
+def carried_end_stage(
+    a: np.ndarray, b: np.ndarray, used: tuple[int, ...], end: tuple[int, ...]
+) -> int | None:
+    """The end stage whose save cotangent the reverse pass carries to the next step.
+
+    An end stage's slope is ``f(t_{n+1}, y_{n+1})``, computed once and reused as the next
+    step's first slope ``k_1`` (FSAL, or the loop's ``k_next``), at the same point, bitwise.
+    If only saves read it (``b = 0``, no later stage uses it), its cotangent can join that
+    of the next step's ``k_1``: one vector–Jacobian product of the right-hand side at
+    ``(t_{n+1}, y_{n+1})`` serves both, and each step's reverse pass linearises one stage
+    fewer (Tsit5 and Dopri5 with saves: 6 instead of 7).  The last step's end stage is
+    adjoined once before the sweep (`_adjoint`).
+    """
+    if not end or 0 not in used or used.index(0) != 0:
+        return None
+    (m,) = end
+    if m not in used or b[m] != 0 or np.any(a[m + 1:, m] != 0):
+        return None
+    return m
 
 
 def saves_stage_plan(system: Any) -> StagePlan:

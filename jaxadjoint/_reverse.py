@@ -319,12 +319,47 @@ def add_save_state(
     return lam + jnp.where(hit, saves.ybar[..., row, :], 0), j - hit.astype(j.dtype)
 
 
-def save_slopes_cotangent(saves: SaveCotangents, j: Array, n: Array) -> Array | None:
-    """The slope cotangents ``(L, N)`` of step ``n`` from row ``j`` (zero without a row)."""
+def save_slopes_cotangent(
+    saves: SaveCotangents, j: Array, n: Array, carried_end: int | None
+) -> Array | None:
+    """The slope cotangents ``(L, N)`` of step ``n`` from row ``j`` (zero without a row).
+
+    With ``carried_end`` (`_dense.StagePlan.carried_end`), the first slope's cotangent also
+    takes that of step ``n - 1``'s end stage, the same slope ``f(t_n, y_n)``: the end
+    stage itself is not linearised (`_dense.carried_end_stage`).
+    """
     if saves.kbar is None:
         return None
     hit, row = _row_at(saves, j, n)
-    return jnp.where(hit, saves.kbar[..., row, :, :], 0)
+    kbar = jnp.where(hit, saves.kbar[..., row, :, :], 0)
+    if carried_end is not None:
+        before, before_row = _row_at(saves, j - hit.astype(j.dtype), n - 1)
+        carried = jnp.where(before, saves.kbar[..., before_row, carried_end, :], 0)
+        kbar = kbar.at[..., 0, :].add(carried)
+    return kbar
+
+
+def last_end_stage_adjoint(
+    system: System, params: Any, direction: Array, saves: SaveCotangents, tau: Array,
+    y: Array, num_steps: Array,
+) -> tuple[Array, Any] | None:
+    """``(Ybar, pbar)`` of the last step's carried end stage ``f(t_T, y_T)``, or ``None``.
+
+    The one end stage no later step takes (`save_slopes_cotangent`): adjoined once,
+    before the sweep, at the final state.
+    """
+    slot = system.stage_plan.carried_end
+    if saves.kbar is None or slot is None:
+        return None
+    # The final state's row is the last; the last step's is the one before, if any.
+    hit, row = _row_at(saves, last_row(saves) - 1, num_steps - 1)
+    kbar = jnp.where(hit, saves.kbar[..., row, slot, :], 0)
+
+    def field(Y, p):
+        return system.field(tau, Y, p, direction)
+
+    _, vjp = jax.vjp(field, y, params)
+    return vjp(kbar)
 
 
 def last_row(saves: SaveCotangents) -> Array:
@@ -466,7 +501,7 @@ def reverse_sweep(
 
     def body(carry):
         n, ((y, stages), tau, t_next), lam, pbar, j, rows = carry
-        kbar_saves = save_slopes_cotangent(saves, j, n)
+        kbar_saves = save_slopes_cotangent(saves, j, n, system.stage_plan.carried_end)
         if rows is None:
             lam, pbar = system.solver.reverse_step(
                 system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves

@@ -46,7 +46,7 @@ STATES, STAGES = ja.StoreStates(), ja.StoreStages()
 CASES = [
     (ja.Heun(), "few", True, (STAGES, ja.Recursive(2))),
     (ja.Dopri5(), "few", True, (STAGES, ja.Recursive(5))),
-    (ja.Vern7(), "few", False, (STAGES, ja.Recursive(2))),
+    (ja.Tsit5(), "few", False, (STAGES, ja.Recursive(2))),
     (ja.Heun(), "many", False, (STAGES, ja.Recursive(2), ja.Recursive(5))),
     (ja.Dopri5(), "many", True, (ja.Recursive(2),)),
 ]

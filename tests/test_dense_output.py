@@ -282,3 +282,24 @@ def test_count_before_is_searchsorted(n_save):
     left, right = search(jnp.asarray(queries))
     np.testing.assert_array_equal(left, np.searchsorted(taus, queries, side="left"))
     np.testing.assert_array_equal(right, np.searchsorted(taus, queries, side="right"))
+
+
+@pytest.mark.parametrize(
+    "solver, carried",
+    [(ja.Tsit5(), 6), (ja.Dopri5(), 6), (ja.Fehlberg45(), 6), (ja.Vern6(), None)],
+    ids=["Tsit5", "Dopri5", "Fehlberg45", "Vern6"],
+)
+def test_end_stage_cotangent_is_carried_to_the_next_step(solver, carried):
+    """With saves, the slope ``f(t_{n+1}, y_{n+1})`` that only saves read is not linearised
+    again: its cotangent joins the next step's first slope (one VJP fewer per step). The
+    gradients of `test_save_time_gradient_is_the_interpolants` (saves in some steps and
+    not others, one in the last step) check the arithmetic against the replay; here, that
+    the stage is dropped where it may be and kept where a later stage reads it (Vern6)."""
+    plan = solver.stage_plan(True)
+    end_stage = carried if carried is not None else plan.end_stages[0]
+    assert plan.end_stages == (end_stage,)
+    if carried is None:
+        assert plan.carried_end is None and end_stage in plan.live
+    else:
+        assert plan.interpolation_stages[plan.carried_end] == carried
+        assert carried not in plan.live
