@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._adjoint_health import raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStates
 from ._dense import DenseRows, row_cotangents
 from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
@@ -111,9 +112,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
 
     lam = jnp.zeros_like(problem.y0)
     pbar = jax.tree.map(jnp.zeros_like, params)
-    lam, pbar = checkpoint.reverse(
+    lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
+    raise_if_blown_up(health, lam, pbar, direction)
 
     def integrand_dot(t, y):
         if not system.has_integrand:

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._adjoint_health import healthy, raise_if_blown_up
 from ._controllers import AbstractController, StepTo, Tolerances
 from ._forward import Recorder, forward_loop, padded_grid, write_slot
 from ._results import RESULTS
@@ -283,9 +284,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     lam, pbar_flat, adj_result = _backward(
         sens, system, problem, params_on, params_off, ys_bar, mu, y_final, trajectory
     )
-    if system.throw:
-        lam, pbar_flat = adj_result.error_if(
-            (lam, pbar_flat), adj_result != RESULTS.successful)
+    # A failed backward solve, or a non-finite adjoint, is never returned as a number
+    # (whatever `throw` says about the forward solve).
+    lam, pbar_flat = adj_result.error_if((lam, pbar_flat), adj_result != RESULTS.successful)
+    raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction)
     pbar = ravel(params_on, dtype)[1](pbar_flat)
 
     def integrand_dot(t, y):
