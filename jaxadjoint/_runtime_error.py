@@ -3,10 +3,10 @@
 `equinox.error_if` raises a clean error under `jit` and `vmap`, but its message is fixed
 when the program is traced.  The diagnostics of a gradient must say *where* it went wrong
 (the step and time), so `raise_if` formats the message on the host, in a
-`jax.debug.callback` that runs only when the condition holds (a `lax.cond` branch; under
-`vmap` each solve's condition is checked by the callback itself).  A debug callback is an
-effect: XLA keeps it even though nothing reads its output.  Under `jit` JAX reports the
-exception as a `JaxRuntimeError` whose text ends with ours.
+`jax.debug.callback` that runs only when the condition holds (a `lax.cond` branch whose
+predicate stays unbatched under `vmap`: it asks whether any member of the batch failed).
+A debug callback is an effect: XLA keeps it even though nothing reads its output.  Under
+`jit` JAX reports the exception as a `JaxRuntimeError` whose text ends with ours.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
@@ -40,5 +41,22 @@ def raise_if(pred: Array, message: Callable[..., str], *values: Array) -> None:
         raise GradientError(message(*picked))
 
     jax.lax.cond(
-        pred.any(), lambda: jax.debug.callback(host, pred, *values), lambda: None
+        _any_in_batch(jnp.any(pred)), lambda: jax.debug.callback(host, pred, *values),
+        lambda: None,
     )
+
+
+@jax.custom_batching.custom_vmap
+def _any_in_batch(pred: Array) -> Array:
+    """``pred``; under `jax.vmap`, whether it holds for any member of the batch (unbatched).
+
+    Keeps the `lax.cond` of `raise_if` unbatched, so that the host is called only when
+    something failed, not once per member of every batch (`jax.jacrev`'s seeds included).
+    """
+    return pred
+
+
+@_any_in_batch.def_vmap
+def _any_in_batch_rule(axis_size: int, in_batched: list, pred: Array) -> tuple[Array, bool]:
+    del axis_size
+    return (jnp.any(pred) if in_batched[0] else pred), False
