@@ -23,12 +23,14 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._adjoint_health import raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStates
 from ._dense import DenseRows, row_cotangents
 from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
 from ._reverse import SaveCotangents, last_end_stage_adjoint
 from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
+from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
 
@@ -54,17 +56,18 @@ def plain_solve(system: System, problem: Problem) -> SolveOutput:
 
 
 @eqx.filter_custom_vjp
-def _solve(problem: Problem, system: System, checkpoint: AbstractCheckpoint) -> SolveOutput:
-    del checkpoint
+def _solve(problem: Problem, system: System, sens: DiscreteAdjoint) -> SolveOutput:
+    del sens
     return plain_solve(system, problem)
 
 
 @_solve.def_fwd
-def _solve_fwd(perturbed, problem, system, checkpoint):
+def _solve_fwd(perturbed, problem, system, sens):
     del perturbed
-    out = forward_loop(system, problem, checkpoint)
+    out = forward_loop(system, problem, sens.checkpoint)
     residuals = (
         out.store, out.grid, out.num_accepted, out.rows, out.y_final, out.integral, out.result,
+        out.stats,
     )
     return to_solve_output(system, problem, out), residuals
 
@@ -80,8 +83,9 @@ def _dense_cotangent(dense_bar: DenseRows | None, rows: DenseRows) -> tuple[Arra
 
 
 @_solve.def_bwd
-def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
-    store, grid, num_accepted, rows, y_final, integral, result = residuals
+def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
+    store, grid, num_accepted, rows, y_final, integral, result, stats = residuals
+    checkpoint = sens.checkpoint
     ys_bar, integral_bar, _, dense_bar = grad_obj
     params, direction = problem.params, problem.direction
     taus = direction * problem.ts
@@ -94,6 +98,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
         # message; a second check here could fire first and hide it.
         failed = result != RESULTS.successful
         ys_bar = eqx.error_if(ys_bar, failed, RESULTS[RESULTS.failed_solve_differentiated])
+    flag_stiff_gradient(system, stats, sens.accept_stiff_steps)
 
     # Saves are evaluated on the dense-output rows: their cotangents go to the rows'
     # states and slopes, which the sweep adds when it reverses the rows' steps.
@@ -111,9 +116,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, checkpoint):
                                  y_final, num_accepted)
     if end is not None:
         lam, pbar = end
-    lam, pbar = checkpoint.reverse(
+    lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
+    raise_if_blown_up(health, lam, pbar, direction)
 
     def integrand_dot(t, y):
         if not system.has_integrand:
@@ -140,11 +146,16 @@ class DiscreteAdjoint(AbstractSensitivity):
     pass keeps: `StoreStates` (default), `StoreStages` or `Recursive`.
     `jax.jvp`, `jax.jacfwd` and `jax.hessian` need `DiscreteForward` instead (a clear
     error says so).
+
+    ``accept_stiff_steps=True`` returns the gradient even when the solve rode the
+    stability boundary of an explicit method (see `jaxadjoint.solve`'s notes on stiffness);
+    by default that is an error at differentiation time.
     """
 
     checkpoint: AbstractCheckpoint = StoreStates()
+    accept_stiff_steps: bool = eqx.field(static=True, default=False)
     reverse_mode_only: ClassVar[bool] = True
     supports_dense: ClassVar[bool] = True
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
-        return _solve(problem, system, self.checkpoint)
+        return _solve(problem, system, self)

@@ -22,13 +22,14 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._adjoint_health import healthy
 from ._batched_reverse import Lane, lanes_sweep
 from ._lanes import lanes_where
 from ._recursive import _replay, _split_length
 from ._reverse import add_save_state, last_row
 
 
-def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple[Array, Any]:
+def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple:
     """The rule of `Recursive.reverse` for lanes with different step counts.
 
     ``unpack(d)`` gives one lane's ``(checkpoint, system, params, direction, store, grid,
@@ -49,7 +50,8 @@ def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tupl
             lam, saves, last_row(saves), jnp.where(num_accepted == 0, 0, -1)
         )
         return dict(end=num_accepted, depth=count.astype(jnp.int32),
-                    positions=positions.astype(jnp.int32), stack=stack, lam=lam, pbar=pbar, j=j)
+                    positions=positions.astype(jnp.int32), stack=stack, lam=lam, pbar=pbar, j=j,
+                    health=healthy(lam.dtype))
 
     def plan(a: tuple, c: dict) -> dict:
         """Replay to the lane's next split or leaf (nothing for a lane that is done)."""
@@ -90,15 +92,16 @@ def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tupl
             return Lane(system, params, direction, grid, read, mu, saves)
 
         # A leaf reverses [top, end); a split, or a lane that is done, reverses nothing.
-        lam, pbar, j = lanes_sweep(
+        lam, pbar, j, health = lanes_sweep(
             lane, (axes, (0, 0, 0)), axis_size, (dyn, (p["stack"], c["depth"], p["top"])),
-            c["end"], p["n_lo"], c["lam"], c["pbar"], c["j"],
+            c["end"], p["n_lo"], c["lam"], c["pbar"], c["j"], c["health"],
         )
         leaf = p["leaf"]
         new = dict(
             end=jnp.where(leaf, p["top"], c["end"]),
             depth=jnp.where(leaf, c["depth"] - 1, c["depth"] + 1),
             positions=p["positions"], stack=p["stack"], lam=lam, pbar=pbar, j=j,
+            health=health,
         )
         # A lane that is done keeps its carry (its parameter cotangent was not touched).
         pbar = new.pop("pbar")
@@ -106,4 +109,4 @@ def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tupl
 
     carry = each(start)(dyn, jnp.zeros((axis_size,), jnp.int32))
     final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
-    return final["lam"], final["pbar"]
+    return final["lam"], final["pbar"], final["health"]

@@ -66,6 +66,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from . import _reverse
+from ._adjoint_health import Health, healthy, observe
 from ._lanes import lanes_where
 from ._reverse import (
     SaveCotangents,
@@ -126,16 +127,16 @@ def reverse_all_steps(
     pbar: Any,
     mu: Array,
     saves: SaveCotangents,
-) -> tuple[Array, Any]:
+) -> tuple[Array, Any, Health]:
     """`_reverse.reverse_all_steps`; under `jax.vmap` over solves, one shared loop.
 
-    Returns ``(dL/dy0, dL/dparams)``.  ``read(n)`` may close over the record (it is
+    Returns ``(dL/dy0, dL/dparams, health)``.  ``read(n)`` may close over the record (it is
     closure-converted, so that the record can be batched).
     """
     read = eqx.filter_closure_convert(read, jnp.int32(0))
     args = (system, params, direction, grid, num_steps, read, lam, pbar, mu, saves)
 
-    def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple[Array, Any]:
+    def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple:
         def lane(d: Any) -> Lane:
             system, params, direction, grid, _, read, _, _, mu, saves = unpack(d)
             return Lane(system, params, direction, grid, read, mu, saves)
@@ -143,11 +144,14 @@ def reverse_all_steps(
         def start(d: Any) -> tuple:
             a = unpack(d)
             num_steps, lam, pbar, saves = a[4], a[6], a[7], a[9]
-            return num_steps, jnp.zeros_like(num_steps), lam, pbar, last_row(saves)
+            return (num_steps, jnp.zeros_like(num_steps), lam, pbar, last_row(saves),
+                    healthy(lam.dtype))
 
-        n_hi, n_lo, lam, pbar, j = jax.vmap(start, in_axes=(axes,), axis_size=axis_size)(dyn)
-        lam, pbar, _ = lanes_sweep(lane, axes, axis_size, dyn, n_hi, n_lo, lam, pbar, j)
-        return lam, pbar
+        n_hi, n_lo, lam, pbar, j, health = jax.vmap(
+            start, in_axes=(axes,), axis_size=axis_size)(dyn)
+        lam, pbar, _, health = lanes_sweep(
+            lane, axes, axis_size, dyn, n_hi, n_lo, lam, pbar, j, health)
+        return lam, pbar, health
 
     return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4])
 
@@ -174,7 +178,8 @@ def lanes_sweep(
     lam: Array,
     pbar: Any,
     j: Array,
-) -> tuple[Array, Any, Array]:
+    health: Health,
+) -> tuple[Array, Any, Array, Health]:
     """Reverse steps ``n_hi - 1, ..., n_lo`` of every lane in one loop: the batched
     `reverse_sweep`.
 
@@ -184,7 +189,8 @@ def lanes_sweep(
     with its solver's `reverse_step` (the parameter adjoint stage by stage; see the module
     docstring) and adds its saves with `add_save_state` (and the slope cotangents of saves
     inside a step with `save_slopes_cotangent`); a lane whose steps are done stands still.
-    Returns ``(lam, pbar, j)``.
+    ``health`` (batched) watches each lane's adjoint for blow-up.
+    Returns ``(lam, pbar, j, health)``.
     """
 
     def each(fn: Callable) -> Callable:
@@ -199,7 +205,7 @@ def lanes_sweep(
         lam, j = add_save_state(c["lam"], ln.saves, c["j"], c["n_hi"])
         n = c["n_hi"] - 1
         return dict(n=n, n_lo=c["n_lo"], data=read_step(ln, n, c["n_lo"]), lam=lam, j=j,
-                    pbar=c["pbar"])
+                    pbar=c["pbar"], health=c["health"])
 
     def advance(ln: Lane, c: dict) -> dict:
         n, ((y, stages), tau, t_next) = c["n"], c["data"]
@@ -209,8 +215,10 @@ def lanes_sweep(
             ln.system, tau, t_next, y, stages, c["lam"], ln.mu, ln.params,
             ln.direction, c["pbar"], kbar_saves,
         )
+        health = observe(c["health"], n, tau, c["lam"], lam)
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
-        return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar)
+        return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
+                    health=health)
 
     def running(c: dict) -> Array:
         return c["n"] >= c["n_lo"]
@@ -218,6 +226,7 @@ def lanes_sweep(
     def body(c: dict) -> dict:
         return lanes_where(running(c), each(advance)(dyn, c), c)
 
-    carry = each(start)(dyn, dict(n_hi=n_hi, n_lo=n_lo, lam=lam, pbar=pbar, j=j))
+    carry = each(start)(dyn, dict(n_hi=n_hi, n_lo=n_lo, lam=lam, pbar=pbar, j=j,
+                                  health=health))
     final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
-    return final["lam"], final["pbar"], final["j"]
+    return final["lam"], final["pbar"], final["j"], final["health"]

@@ -50,8 +50,11 @@ class AbstractCheckpoint(Recorder):
         pbar: Any,
         mu: Array,
         saves: SaveCotangents,
-    ) -> tuple[Array, Any]:
-        """Reverse through all accepted steps; return ``(dL/dy0, dL/dparams)``."""
+    ) -> tuple[Array, Any, Any]:
+        """Reverse through all accepted steps: ``(dL/dy0, dL/dparams, health)``.
+
+        ``health`` is the sweep's `_adjoint_health.Health` (where, if anywhere, the
+        adjoint blew up)."""
 
 
 class _EveryStep(AbstractCheckpoint):

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._adjoint_health import healthy, raise_if_blown_up
 from ._controllers import AbstractController, StepTo, Tolerances
 from ._forward import Recorder, forward_loop, padded_grid, write_slot
 from ._results import RESULTS
@@ -53,6 +54,7 @@ from ._sensitivity_common import (
     ravel,
     save_slopes,
 )
+from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 from ._uninitialised import uninitialised
 from .solvers._base import StepOutput
@@ -261,12 +263,13 @@ def _solve_fwd(perturbed, problem, system, sens):
     recorder = _StatesAndSlopes() if sens.state == "checkpointed" else Recorder()
     out = forward_loop(system, problem, recorder)
     trajectory = _trajectory(system, problem, out) if sens.state == "checkpointed" else None
-    return to_solve_output(system, problem, out), (out.ys, out.y_final, out.result, trajectory)
+    residuals = (out.ys, out.y_final, out.result, trajectory, out.stats)
+    return to_solve_output(system, problem, out), residuals
 
 
 @_solve.def_bwd
 def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
-    ys, y_final, result, trajectory = residuals
+    ys, y_final, result, trajectory, stats = residuals
     ys_bar, integral_bar = grad_obj.ys, grad_obj.integral
     dtype = ys.dtype
     if ys_bar is None:
@@ -276,13 +279,15 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     mu = jnp.zeros((num_q,), dtype) if integral_bar is None else integral_bar
     ys_bar = eqx.error_if(ys_bar, result != RESULTS.successful,
                           RESULTS[RESULTS.failed_solve_differentiated])
+    flag_stiff_gradient(system, stats, sens.accept_stiff_steps)
     params_on, params_off = mask_params(params, perturbed.params)
     lam, pbar_flat, adj_result = _backward(
         sens, system, problem, params_on, params_off, ys_bar, mu, y_final, trajectory
     )
-    if system.throw:
-        lam, pbar_flat = adj_result.error_if(
-            (lam, pbar_flat), adj_result != RESULTS.successful)
+    # A failed backward solve, or a non-finite adjoint, is never returned as a number
+    # (whatever `throw` says about the forward solve).
+    lam, pbar_flat = adj_result.error_if((lam, pbar_flat), adj_result != RESULTS.successful)
+    raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction)
     pbar = ravel(params_on, dtype)[1](pbar_flat)
 
     def integrand_dot(t, y):
@@ -310,6 +315,8 @@ class ContinuousAdjoint(AbstractSensitivity):
             quintic Hermite interpolation of the stored forward steps, stable) or ``"backsolve"``
             (re-integrate the state backwards; no storage, can be unstable).
         rtol, atol: tolerances of the backward solve (default: those of the forward).
+        accept_stiff_steps: return the gradient even when the forward solve rode the
+            stability boundary of an explicit method (default: an error).
 
     The gradient approximates the derivative of the exact solution to about the
     tolerance; `DiscreteAdjoint` gives the exact derivative of the computed solution.
@@ -320,6 +327,7 @@ class ContinuousAdjoint(AbstractSensitivity):
     state: Literal["checkpointed", "backsolve"] = eqx.field(static=True, default="checkpointed")
     rtol: float | None = eqx.field(static=True, default=None)
     atol: float | None = eqx.field(static=True, default=None)
+    accept_stiff_steps: bool = eqx.field(static=True, default=False)
     reverse_mode_only: ClassVar[bool] = True
 
     def __check_init__(self):

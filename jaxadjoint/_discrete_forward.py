@@ -37,6 +37,7 @@ from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_r
 from ._forward import Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
+from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
 
@@ -107,18 +108,20 @@ def replay(
 
 
 @eqx.filter_custom_jvp
-def _solve(problem: Problem, system: System) -> SolveOutput:
+def _solve(problem: Problem, system: System, sens: DiscreteForward) -> SolveOutput:
+    del sens
     return plain_solve(system, problem)
 
 
 @_solve.def_jvp
 def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
-    problem, system = primals
-    problem_dot, _ = tangents
+    problem, system, sens = primals
+    problem_dot = tangents[0]
     # The grid is recorded by an undifferentiated solve: its decisions are constants.
     fixed = jax.lax.stop_gradient(problem)
     fwd = forward_loop(system, fixed, Recorder())
     out = to_solve_output(system, fixed, fwd)
+    flag_stiff_gradient(system, fwd.stats, sens.accept_stiff_steps)
 
     problem_dot = materialise_tangent(problem, problem_dot)
 
@@ -154,9 +157,11 @@ class DiscreteForward(AbstractSensitivity):
     there are few inputs and many outputs (e.g. a whole sensitivity trajectory).
     `jax.grad`, `jax.jacrev` and `jax.hessian` also work, by transposing the replay
     (memory ``O(max_steps)`` stage values); `DiscreteAdjoint` is the faster reverse mode.
+    ``accept_stiff_steps`` as for `DiscreteAdjoint`.
     """
 
+    accept_stiff_steps: bool = eqx.field(static=True, default=False)
     supports_dense: ClassVar[bool] = True
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
-        return _solve(problem, system)
+        return _solve(problem, system, self)

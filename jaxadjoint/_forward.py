@@ -35,6 +35,7 @@ from ._dense import (
     write_row,
 )
 from ._results import RESULTS
+from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
 from ._uninitialised import uninitialised
 from ._validation import save_times_valid
@@ -228,6 +229,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_steps=jnp.int32(0),
             num_accepted=jnp.int32(0),
             init_evals=jnp.int32(init_evals),
+            stiffness=tracker_init(tau0),
             # Traced save times that are invalid stop the solve before it starts.
             result=RESULTS.where(save_times_valid(taus, tau0, tau1), RESULTS.successful,
                                  RESULTS.invalid_save_times),
@@ -280,6 +282,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         new_y = jnp.where(accept, step.y_new, y)
         k_next = step.ks[-1] if solver.fsal else f(tau_next, step.y_new)
         new_k0 = jnp.where(accept, k_next, c["k0"])
+        # Two norms of stages already computed: is the step limited by stability?
+        stiffness = tracker_update(
+            c["stiffness"], solver.stiffness(step, k_next, h_used), accept, tau
+        )
         integral = c["integral"]
         if system.has_integrand:
             dq = quadrature_increment(system, tau, h_used, step, params, direction)
@@ -320,6 +326,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             grid=grid,
             store=store,
             num_accepted=n_new,
+            stiffness=stiffness,
             **small,
         )
 
@@ -335,6 +342,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_accepted_steps=num_accepted,
             num_rejected_steps=num_steps - num_accepted,
             num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
+            **tracker_stats(final["stiffness"], direction),
         )
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)

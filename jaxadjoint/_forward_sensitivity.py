@@ -52,6 +52,7 @@ from ._sensitivity_common import (
     ravel,
     tangent_or_zeros,
 )
+from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
 
@@ -234,6 +235,7 @@ def solve_with_sensitivities(
     """Augmented solve: ``(out, S at saves (n_save, N, C), S_q (Q, C), y(t1), cols, on)``."""
     aug, aug_problem, cols, params_on = _setup(sens, system, problem, problem_dot)
     fwd = forward_loop(aug, aug_problem, Recorder())
+    flag_stiff_gradient(system, fwd.stats, sens.accept_stiff_steps)
     n = problem.y0.shape[0]
     out = to_solve_output(aug, aug_problem, fwd)
     ys = out.ys[:, :n]
@@ -289,6 +291,8 @@ class ForwardSensitivity(AbstractSensitivity):
             discrete derivative (`DiscreteAdjoint`) to round-off.
         sensitivity_rtol, sensitivity_atol: tolerances of the sensitivity error test
             (default: those of the state).
+        accept_stiff_steps: return the sensitivities even when the solve rode the
+            stability boundary of an explicit method (default: an error).
 
     Cost: one solve of ``N (1 + C)`` equations, ``C`` = the number of differentiated
     scalar inputs, each column one JVP of ``f`` per stage.  Best with few parameters
@@ -299,6 +303,7 @@ class ForwardSensitivity(AbstractSensitivity):
     error_control: bool = eqx.field(static=True, default=True)
     sensitivity_rtol: float | None = eqx.field(static=True, default=None)
     sensitivity_atol: float | None = eqx.field(static=True, default=None)
+    accept_stiff_steps: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if not isinstance(self.error_control, bool):

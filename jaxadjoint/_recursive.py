@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._adjoint_health import healthy
 from ._batched_reverse import batch_over_solves
 from ._checkpoints import AbstractCheckpoint
 from ._forward import write_slot
@@ -205,7 +206,7 @@ class Recursive(AbstractCheckpoint):
             return carry[0] > 0
 
         def body(carry):
-            end, depth, positions, stack, lam, pbar, j, rows = carry
+            end, depth, positions, stack, lam, pbar, j, rows, health = carry
             top = positions[depth - 1]
             length = end - top
             free = size - depth
@@ -224,15 +225,15 @@ class Recursive(AbstractCheckpoint):
                 return stack[depth - 1 + n - top], None
 
             # A leaf reverses [top, end); a split reverses nothing (n_lo = n_hi).
-            lam, pbar, j, rows = reverse_sweep(
+            lam, pbar, j, rows, health = reverse_sweep(
                 system, params, direction, grid, end, jnp.where(leaf, top, end), read, lam,
-                pbar, mu, saves, j, num_accepted, rows,
+                pbar, mu, saves, j, num_accepted, rows, health,
             )
             end = jnp.where(leaf, top, end)
             depth = jnp.where(leaf, depth - 1, depth + 1)
-            return end, depth, positions, stack, lam, pbar, j, rows
+            return end, depth, positions, stack, lam, pbar, j, rows, health
 
         init = (num_accepted, count.astype(jnp.int32), positions.astype(jnp.int32), stack, lam,
-                pbar, j, initial_block(system, params, lam, stack[0]))
-        _, _, _, _, lam, pbar, _, _ = jax.lax.while_loop(cond, body, init)
-        return lam, pbar
+                pbar, j, initial_block(system, params, lam, stack[0]), healthy(lam.dtype))
+        _, _, _, _, lam, pbar, _, _, health = jax.lax.while_loop(cond, body, init)
+        return lam, pbar, health

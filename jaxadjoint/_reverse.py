@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._adjoint_health import Health, healthy, observe
 from ._lanes import any_lane_cond
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
@@ -454,8 +455,9 @@ def reverse_sweep(
     j: Array,
     num_steps: Array,
     rows: StageCotangents | None,
-) -> tuple[Array, Any, Array, StageCotangents | None]:
-    """Reverse through steps ``n_hi - 1, ..., n_lo``; returns ``(lam_{n_lo}, pbar, j, rows)``.
+    health: Health,
+) -> tuple[Array, Any, Array, StageCotangents | None, Health]:
+    """Reverse through steps ``n_hi - 1, ..., n_lo``: ``(lam_{n_lo}, pbar, j, rows, health)``.
 
     ``lam`` enters as ``dL/dy_{n_hi}`` *before* the saves of ``y_{n_hi}`` are added;
     ``saves`` holds the cotangents of the dense-output rows and ``j`` the latest row not
@@ -476,7 +478,8 @@ def reverse_sweep(
     its own, whatever part of the steps this sweep covers.  A sweep that stops inside a
     block (`Recursive` reverses segment after segment) hands its ``rows`` to the next, so
     every block's VJP sees the same rows, summed in the same order, as in one sweep over
-    all steps.  Start from `initial_block`.
+    all steps.  Start from `initial_block`.  ``health`` watches the adjoint for blow-up
+    (`_adjoint_health`), step by step.
     """
     lam, j = add_save_state(lam, saves, j, n_hi)
     block = 1 if rows is None else block_size(params, lam.shape[-1])
@@ -500,7 +503,8 @@ def reverse_sweep(
         return carry[0] >= n_lo
 
     def body(carry):
-        n, ((y, stages), tau, t_next), lam, pbar, j, rows = carry
+        n, ((y, stages), tau, t_next), lam, pbar, j, rows, health = carry
+        lam_in = lam
         kbar_saves = save_slopes_cotangent(saves, j, n, system.stage_plan.carried_end)
         if rows is None:
             lam, pbar = system.solver.reverse_step(
@@ -516,12 +520,13 @@ def reverse_sweep(
                 (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
                 pbar, rows, slot,
             )
+        health = observe(health, n, tau, lam_in, lam)
         lam, j = add_save_state(lam, saves, j, n)
-        return n - 1, read_step(n - 1), lam, pbar, j, rows
+        return n - 1, read_step(n - 1), lam, pbar, j, rows, health
 
-    init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows)
-    _, _, lam, pbar, j, rows = jax.lax.while_loop(cond, body, init)
-    return lam, pbar, j, rows
+    init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)
+    _, _, lam, pbar, j, rows, health = jax.lax.while_loop(cond, body, init)
+    return lam, pbar, j, rows, health
 
 
 def reverse_all_steps(
@@ -535,8 +540,8 @@ def reverse_all_steps(
     pbar: Any,
     mu: Array,
     saves: SaveCotangents,
-) -> tuple[Array, Any]:
-    """One sweep through steps ``num_steps - 1, ..., 0``: returns ``(dL/dy0, dL/dparams)``.
+) -> tuple[Array, Any, Health]:
+    """One sweep through steps ``num_steps - 1, ..., 0``: ``(dL/dy0, dL/dparams, health)``.
 
     The reverse pass of a strategy that can read every step (`StoreStates`,
     `StoreStages`); ``read`` as in `reverse_sweep`.
@@ -544,8 +549,8 @@ def reverse_all_steps(
     j = last_row(saves)
     y, stages = read(jnp.int32(0))
     y = stages[0] if y is None else y
-    lam, pbar, _, _ = reverse_sweep(
+    lam, pbar, _, _, health = reverse_sweep(
         system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
-        saves, j, num_steps, initial_block(system, params, lam, y),
+        saves, j, num_steps, initial_block(system, params, lam, y), healthy(lam.dtype),
     )
-    return lam, pbar
+    return lam, pbar, health

@@ -82,6 +82,16 @@ class AbstractSolver(eqx.Module):
     def rhs_evals_per_step(self) -> int:
         """Right-hand side evaluations of one step beyond ``k1`` (Jacobians not counted)."""
 
+    def stiffness(self, step: StepOutput, k_next: Array, h: Array) -> Array | None:
+        """``h rho(J)`` over the method's stability boundary, estimated from ``step``, or ``None``.
+
+        ``k_next = f(t_next, y_new)``.  A value near 1 on step after step means that
+        stability, not accuracy, sets the step size (`_stiffness`).  ``None``: the family
+        has no such limit (stiff solvers) or no free estimate.
+        """
+        del step, k_next, h
+        return None
+
     @abc.abstractmethod
     def step(
         self, f: FlatField, t: Array, y: Array, h: Array, k1: Array, t_next: Array

@@ -102,6 +102,24 @@ class AbstractERK(AbstractSolver):
     def step(self, f, t, y, h, k1, t_next) -> StepOutput:
         return erk_step(self.tableau, f, t, y, h, k1, t_next)
 
+    def stiffness(self, step: StepOutput, k_next: Array, h: Array) -> Array | None:
+        """``|h| ||k_i - k_j|| / ||Y_i - Y_j||`` over the real stability boundary.
+
+        Hairer's stiffness test of DOPRI5: two stages at the same time ``t + c h``
+        (`ButcherTableau.stiffness_pair`) give ``rho(J)`` along their difference for the
+        price of two norms.  ``None`` for tableaus without such a pair.
+        """
+        pair = self.tableau.stiffness_pair
+        if pair is None:
+            return None
+        i, j = pair
+        stages, slopes = [*step.stages, step.y_new], [*step.ks, k_next]
+        num = jnp.sum(jnp.square(slopes[i] - slopes[j]))
+        den = jnp.sum(jnp.square(stages[i] - stages[j]))
+        rho = jnp.sqrt(num / jnp.where(den > 0, den, 1))
+        scale = 1 / self.tableau.real_stability_boundary
+        return jnp.where(den > 0, jnp.abs(h) * rho * scale, 0).astype(h.dtype)
+
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
         from .._reverse import erk_reverse_step  # the sweep's module builds on this one

@@ -18,6 +18,7 @@ conditions, so a mistyped digit cannot pass unnoticed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -104,6 +105,54 @@ class ButcherTableau:
         next, saving one evaluation of the right-hand side per step.
         """
         return bool(self.c[-1] == 1 and np.array_equal(self.a[-1], self.b))
+
+    @functools.cached_property
+    def real_stability_boundary(self) -> float:
+        """The largest ``x`` with ``|R(-x')| <= 1`` for every ``0 <= x' <= x``.
+
+        ``R(z) = 1 + z b^T (I - z a)^{-1} 1`` is the stability function of the propagated
+        solution: on ``y' = lambda y`` a step multiplies ``y`` by ``R(h lambda)``.  A
+        controller that meets a large negative eigenvalue settles where ``h |lambda|`` is about
+        this boundary (about 3.31 for Dormand–Prince, 2.79 for RK4, 2 for Euler).  Computed
+        from the coefficients: ``R`` is the polynomial ``sum_k (b^T a^(k-1) 1) z^k``.
+        """
+        s = self.num_stages
+        coeffs = [1.0]
+        power = np.ones(s)
+        for _ in range(s):
+            coeffs.append(float(self.b @ power))
+            power = self.a @ power
+        poly = np.polynomial.Polynomial(coeffs)
+
+        def unstable(x: float) -> bool:
+            return abs(poly(-x)) > 1.0 + 1e-12
+
+        xs = np.linspace(1e-3, 64.0, 64_000)
+        first = int(np.argmax([unstable(x) for x in xs]))
+        lo, hi = float(xs[first - 1]), float(xs[first])
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if unstable(mid) else (mid, hi)
+        return lo
+
+    @property
+    def stiffness_pair(self) -> tuple[int, int] | None:
+        """Two stages evaluated at the same time, for a free estimate of ``rho(J)``, or ``None``.
+
+        For stages ``i != j`` with ``c_i == c_j`` (Hairer's DOPRI5 uses its last two),
+        ``||k_i - k_j|| / ||Y_i - Y_j||`` estimates the spectral radius of the Jacobian
+        along the direction ``Y_i - Y_j`` (the mean value theorem).  Index ``s`` (one past
+        the last stage) stands for ``(y_{n+1}, f(t_{n+1}, y_{n+1}))``, which the solve
+        evaluates after every step of a method that is not FSAL.  The pair chosen is the
+        last two such indices at the largest repeated node; tableaus with no repeated node
+        (Bogacki–Shampine, Euler) have none: their steps are not checked for stiffness.
+        """
+        nodes = [float(x) for x in self.c] + ([] if self.fsal else [1.0])
+        repeated = [x for x in set(nodes) if x != 0 and nodes.count(x) > 1]
+        if not repeated:
+            return None
+        at = [i for i, x in enumerate(nodes) if x == max(repeated)]
+        return at[-2], at[-1]
 
     @property
     def live_stages(self) -> tuple[int, ...]:

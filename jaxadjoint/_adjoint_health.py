@@ -1,0 +1,95 @@
+"""Adjoint blow-up: a reverse sweep whose adjoint grows beyond what its steps can explain.
+
+Reversing step ``n`` maps ``lam_{n+1} = dL/dy_{n+1}`` to ``lam_n = (dy_{n+1}/dy_n)^T lam_{n+1}``.
+For an accepted step of an error-controlled method that factor is modest: a step is at most
+a few times ``h ||J||`` away from the identity, and ``h ||J||`` is bounded by accuracy or
+stability.  So a sweep that multiplies the adjoint by many orders of magnitude within a few
+steps, or turns it into NaN or Inf, is differentiating something the forward solve did not
+see (a right-hand side with a singular derivative on the solution, ``sqrt`` or ``log`` at
+zero, a division by a vanishing quantity), and its gradient would be meaningless.
+
+Each sweep carries a `Health`: ``excess``, the growth of ``||lam||_inf`` beyond `ALLOWANCE`
+per step, accumulated over consecutive steps and never below zero (a one-sided cumulative
+sum: decay and allowed growth forget, a streak of excessive growth adds up), and the first
+step (the latest in time, the sweep runs backwards) at which ``excess`` passed `BLOW_UP` or
+the adjoint stopped being finite.  Save cotangents added between steps are not growth of the
+step map: the factor compares a step's output with its input.  `raise_if_blown_up` fails the
+gradient with that step and time.  Two max-norms per step; no effect on the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from ._runtime_error import raise_if
+
+ALLOWANCE = 10.0  # growth of ||lam|| per step that needs no explanation
+BLOW_UP = 1e8  # growth beyond the allowance, over a streak of steps, that is a blow-up
+
+
+class Health(NamedTuple):
+    """The blow-up monitor of a reverse sweep (one per solve; scalars)."""
+
+    excess: Array  # log of the growth beyond ALLOWANCE per step, over the current streak
+    step: Array  # int32: the step at which the adjoint blew up, -1 while healthy
+    time: Array  # internal time tau at the start of that step (nan while healthy)
+
+
+def healthy(dtype: Any) -> Health:
+    """A monitor that has seen nothing."""
+    return Health(jnp.zeros((), dtype), jnp.int32(-1), jnp.full((), jnp.nan, dtype))
+
+
+def _size(x: Array) -> Array:
+    return jnp.max(jnp.abs(x)) if x.size else jnp.zeros((), x.dtype)
+
+
+def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array) -> Health:
+    """Account for reversing step ``n`` (from ``tau``): ``lam_in`` -> ``lam_out``."""
+    size_in, size_out = _size(lam_in), _size(lam_out)
+    both = (size_in > 0) & (size_out > 0)
+    log_growth = jnp.where(
+        both, jnp.log(jnp.where(both, size_out, 1)) - jnp.log(jnp.where(both, size_in, 1)), 0
+    )
+    excess = jnp.maximum(health.excess + log_growth - math.log(ALLOWANCE), 0)
+    bad = ~jnp.isfinite(size_out) | (excess > math.log(BLOW_UP))
+    first = bad & (health.step < 0)
+    return Health(
+        excess=jnp.where(jnp.isfinite(excess), excess, health.excess),
+        step=jnp.where(first, n.astype(jnp.int32), health.step),
+        time=jnp.where(first, tau, health.time),
+    )
+
+
+def raise_if_blown_up(health: Health, lam: Array, pbar: Any, direction: Array) -> None:
+    """Fail the gradient if the sweep blew up, naming the step and time.
+
+    Also fails when the final ``dL/dy0`` or parameter cotangent is not finite although no
+    step was caught (a NaN from the parameter derivative alone, or from ``t0``).
+    """
+    finite = jnp.all(jnp.isfinite(lam))
+    for leaf in jax.tree.leaves(pbar):
+        finite = finite & jnp.all(jnp.isfinite(leaf))
+
+    def message(step: np.ndarray, time: np.ndarray) -> str:
+        where = (
+            f"while reversing accepted step {int(step)} (which starts at t = {float(time):.6g})"
+            if step >= 0 else "in the parameter cotangents (the state adjoint stayed finite)"
+        )
+        return (
+            f"The adjoint blew up {where}: dL/dy grew by more than {BLOW_UP:.0e} beyond "
+            f"{ALLOWANCE:g}x per step, or became NaN/Inf, so the gradient is not returned. "
+            "No accepted step of the forward solve explains such growth: the derivative of "
+            "the right-hand side (or of the loss) is probably infinite or huge on the "
+            "solution there (sqrt, log, a division or a power of a quantity that reaches "
+            "zero). Check jax.jacobian(rhs) along sol.ys near that time; smooth the model "
+            "(e.g. sqrt(x**2 + eps)) or keep the solution away from the singularity."
+        )
+
+    raise_if((health.step >= 0) | ~finite, message, health.step, direction * health.time)

@@ -1,0 +1,241 @@
+"""Untrustworthy gradients are refused: stiff explicit steps (issue 12, item 1) and adjoint
+blow-up (item 2).
+
+Stiff case: Van der Pol with ``mu = 1000`` on ``[0, 5]``, ``y0 = (2, 0)``, Dopri5, the loss
+``x(5)``; its gradient in ``(y0, mu)`` is wrong by a factor 40 at ``rtol = 1e-4`` and by 1e82
+at ``1e-6``, and good to 2e-5 at ``1e-8`` (`benchmarks/bench_trust.py`).  One jitted
+function serves every tolerance (``rtol`` is traced).
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import max_rel_diff, replay
+
+import jaxadjoint as ja
+from jaxadjoint import problems as jp
+from jaxadjoint._adjoint_health import BLOW_UP
+from jaxadjoint._stiffness import AT_BOUNDARY, STIFF_RUN
+from jaxadjoint.solvers import _tableaus as tab
+
+MU = jnp.asarray(1000.0)
+Y0 = jnp.array([2.0, 0.0])
+MAX_STEPS = 8192
+
+
+def _vdp_x_final(y0, mu, rtol, sensitivity=ja.DiscreteAdjoint(), t1=5.0):
+    sol = ja.solve(jp.van_der_pol_rhs, y0, 0.0, t1, mu, rtol=rtol, atol=rtol,
+                   max_steps=MAX_STEPS, sensitivity=sensitivity)
+    return sol.ys[-1, 0]
+
+
+_vdp_stats = jax.jit(lambda rtol: ja.solve(
+    jp.van_der_pol_rhs, Y0, 0.0, 5.0, MU, rtol=rtol, atol=rtol, max_steps=MAX_STEPS).stats)
+_vdp_grad = eqx.filter_jit(jax.grad(_vdp_x_final, argnums=(0, 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The estimate
+
+
+def test_stability_boundaries_and_stage_pairs():
+    # Known real stability intervals: Euler and Heun 2, RK4 2.785, Dopri5 3.307 (Hairer &
+    # Wanner, IV.2).
+    assert tab.EULER.real_stability_boundary == pytest.approx(2.0, abs=1e-9)
+    assert tab.HEUN.real_stability_boundary == pytest.approx(2.0, abs=1e-9)
+    assert tab.RK4.real_stability_boundary == pytest.approx(2.785293, abs=1e-5)
+    assert tab.DOPRI5.real_stability_boundary == pytest.approx(3.3066, abs=1e-3)
+    assert tab.DOPRI5.stiffness_pair == (5, 6)  # the last two stages, both at c = 1
+    assert tab.CASH_KARP.stiffness_pair == (4, 6)  # stage at c = 1 and f(t1, y1)
+    assert tab.BOGACKI_SHAMPINE.stiffness_pair is None and tab.EULER.stiffness_pair is None
+
+
+@pytest.mark.parametrize("solver", [ja.Dopri5(), ja.Tsit5(), ja.CashKarp(), ja.RK4()])
+def test_estimate_is_exact_on_a_linear_problem(solver):
+    # y' = lam y: every stage slope is lam * stage, so the estimate is |h lam| / B exactly.
+    lam, h = -1000.0, jnp.asarray(2.5e-3)
+
+    def f(t, y):
+        return lam * y
+
+    y = jnp.array([1.0, -2.0])
+    step = solver.step(f, jnp.asarray(0.0), y, h, f(0.0, y), h)
+    k_next = f(h, step.y_new)
+    estimate = solver.stiffness(step, k_next, h)
+    boundary = solver.tableau.real_stability_boundary
+    np.testing.assert_allclose(estimate, abs(lam) * float(h) / boundary, rtol=1e-12)
+    assert ja.BogackiShampine().stiffness(step, k_next, h) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Stiff Van der Pol: reported by the solve, refused by differentiation
+
+
+def test_forward_solve_reports_and_never_raises():
+    stats = _vdp_stats(jnp.asarray(1e-4))
+    assert int(stats["longest_stiff_run"]) >= STIFF_RUN
+    assert int(stats["num_stiff_steps"]) > 0.5 * int(stats["num_accepted_steps"])
+    assert 0.0 <= float(stats["stiff_run_start"]) < 5.0
+    tight = _vdp_stats(jnp.asarray(1e-8))
+    assert int(tight["longest_stiff_run"]) < 5
+    assert int(tight["num_stiff_steps"]) < 0.01 * int(tight["num_accepted_steps"])
+
+
+@pytest.mark.parametrize("rtol", [1e-4, 1e-6])
+def test_flag_fires_on_stiff_van_der_pol(rtol):
+    with pytest.raises(Exception, match=r"Untrustworthy gradient: \d+ consecutive accepted "
+                       r"steps of Dopri5, starting at t = [0-9.]+.*Rodas5.*accept_stiff_steps"):
+        jax.block_until_ready(_vdp_grad(Y0, MU, jnp.asarray(rtol)))
+
+
+def test_flag_does_not_fire_at_tight_tolerance():
+    grads = _vdp_grad(Y0, MU, jnp.asarray(1e-8))
+    # Reference: Vern8 at 1e-12 (bench_trust.py); 2e-5 relative.
+    reference = np.array([-6.68783431e00, -2.22952589e-03, 4.95812779e-04])
+    got = np.concatenate([np.ravel(g) for g in grads])
+    assert np.linalg.norm(got - reference) / np.linalg.norm(reference) < 1e-4
+
+
+def test_opt_out_returns_the_exact_derivative_of_the_steps():
+    # accept_stiff_steps=True: the gradient of what was computed, agreeing with jax.grad of
+    # the independent replay on the same grid to round-off (and far from the ODE's).
+    sens = ja.DiscreteAdjoint(accept_stiff_steps=True)
+    t1, rtol = 0.5, 1e-4
+    grads = jax.grad(_vdp_x_final, argnums=(0, 1))(Y0, MU, rtol, sens, t1)
+    sol = ja.solve(jp.van_der_pol_rhs, Y0, 0.0, t1, MU, rtol=rtol, atol=rtol,
+                   max_steps=MAX_STEPS)
+    assert int(sol.stats["longest_stiff_run"]) >= STIFF_RUN
+
+    def replayed(y0, mu):
+        return replay(jp.van_der_pol_rhs, ja.Dopri5(), y0, mu, sol.steps)[0][-1, 0]
+
+    assert max_rel_diff(grads, jax.grad(replayed, argnums=(0, 1))(Y0, MU)) < 1e-11
+
+
+@pytest.mark.parametrize(
+    "sensitivity", [ja.DiscreteAdjoint(checkpoint=ja.Recursive(4)), ja.ContinuousAdjoint()],
+    ids=["recursive", "continuous"],
+)
+def test_reverse_methods_flag(sensitivity):
+    # (StoreStages shares the check of StoreStates: it lives in the rule, not the sweep.)
+    with pytest.raises(Exception, match="Untrustworthy gradient"):
+        jax.block_until_ready(jax.grad(_vdp_x_final, argnums=1)(Y0, MU, 1e-4, sensitivity, 0.5))
+
+
+def test_continuous_adjoint_opt_out():
+    sensitivity = ja.ContinuousAdjoint(accept_stiff_steps=True)
+    assert np.isfinite(jax.grad(_vdp_x_final, argnums=1)(Y0, MU, 1e-4, sensitivity, 0.5))
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteForward(), ja.ForwardSensitivity()],
+                         ids=["discrete-forward", "forward-sensitivity"])
+def test_forward_mode_methods_flag_and_opt_out(sensitivity):
+    jvp = jax.jacfwd(_vdp_x_final, argnums=1)
+    with pytest.raises(Exception, match="Untrustworthy gradient"):
+        jax.block_until_ready(jvp(Y0, MU, 1e-4, sensitivity, 0.5))
+    accepting = dataclasses.replace(sensitivity, accept_stiff_steps=True)
+    assert np.isfinite(jvp(Y0, MU, 1e-4, accepting, 0.5))
+
+
+def test_fixed_steps_are_not_flagged():
+    # Steps the user chose (here 0.95 of the boundary on the stiff mode) give a stable
+    # derivative: reported, not refused.
+    lam = -1000.0
+    dt = 0.95 * tab.DOPRI5.real_stability_boundary / abs(lam)
+
+    def loss(y0):
+        sol = ja.solve(lambda t, y, a: lam * y, y0, 0.0, 100 * dt, dt0=dt,
+                       controller=ja.ConstantStep(dt))
+        return sol.ys[-1, 0], sol.stats
+
+    (g, stats) = jax.grad(loss, has_aux=True)(jnp.array([1.0]))
+    assert int(stats["longest_stiff_run"]) >= STIFF_RUN
+    assert np.all(np.isfinite(g))
+
+
+# ---------------------------------------------------------------------------------------------
+# No false flags on the suite's non-stiff problems
+
+
+_NON_STIFF = {
+    "lotka-volterra": (jp.lotka_volterra_problem(), (1e-3, 1e-6, 1e-9)),
+    "van-der-pol-mu1": (jp.van_der_pol_problem(mu=1.0), (1e-3, 1e-6, 1e-9)),
+    "van-der-pol-mu10": (jp.van_der_pol_problem(mu=10.0), (1e-3, 1e-6, 1e-9)),
+    "glv-5": (jp.glv_problem(5), (1e-3, 1e-6, 1e-9)),
+    # The Brusselator's diffusion is stiff for loose tolerances: at rtol >= 1e-3 Dopri5 rides
+    # the boundary and its gradient is wrong by 23 % or more (flagged, rightly); from 1e-5 on
+    # accuracy sets the steps.
+    "brusselator-16": (jp.brusselator_problem(), (1e-5, 1e-7)),
+    "heat-6": (jp.heat_problem(6), (1e-3, 1e-6)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NON_STIFF))
+def test_no_flag_on_non_stiff_problems(name):
+    problem, rtols = _NON_STIFF[name]
+
+    @jax.jit
+    def longest(rtol, solver):
+        sol = ja.solve(problem.rhs, problem.y0, problem.t0, problem.t1, problem.args,
+                       solver=solver, rtol=rtol, atol=rtol, max_steps=MAX_STEPS)
+        return sol.stats["longest_stiff_run"]
+
+    for solver in (ja.Dopri5(), ja.Tsit5()):
+        runs = [int(longest(jnp.asarray(rtol), solver)) for rtol in rtols]
+        assert max(runs) < STIFF_RUN // 2, (name, type(solver).__name__, runs)
+    assert 0 < AT_BOUNDARY < 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Adjoint blow-up
+
+
+def _singular_rhs(t, y, p):
+    # a' = -p a + cbrt(b), b' = 0: with b(0) = 1e-30 the forward solution is harmless but
+    # d(cbrt b)/db = b^(-2/3) / 3 ~ 1e20 multiplies the adjoint of b in one step.
+    del t
+    a, b = y
+    return jnp.stack([-p * a + jnp.cbrt(b), jnp.zeros_like(b)])
+
+
+def _singular_loss(y0, p, checkpoint=ja.StoreStates(), t1=1.0):
+    sol = ja.solve(_singular_rhs, y0, 0.0, t1, p,
+                   sensitivity=ja.DiscreteAdjoint(checkpoint=checkpoint))
+    return sol.ys[-1, 0]
+
+
+@pytest.mark.parametrize("checkpoint", [ja.StoreStates(), ja.Recursive(2)],
+                         ids=["states", "recursive"])
+def test_blow_up_is_refused_with_step_and_time(checkpoint):
+    y0 = jnp.array([1.0, 1e-30])
+    bound = f"{BLOW_UP:.0e}".replace("+", r"\+")
+    with pytest.raises(Exception, match=r"adjoint blew up while reversing accepted step \d+ "
+                       r"\(which starts at t = [0-9.e-]+\).*" + bound):
+        jax.block_until_ready(jax.grad(_singular_loss, argnums=(0, 1))(
+            y0, jnp.asarray(0.5), checkpoint))
+
+
+def test_non_finite_adjoint_is_refused_under_vmap():
+    # b(0) = 0: the derivative of cbrt at 0 is infinite.  Solves of different lengths run
+    # as lanes of one batched sweep.
+    y0 = jnp.array([1.0, 0.0])
+    grad = jax.vmap(jax.grad(_singular_loss, argnums=1), in_axes=(None, None, None, 0))
+    with pytest.raises(Exception, match="adjoint blew up"):
+        jax.block_until_ready(eqx.filter_jit(grad)(y0, jnp.asarray(0.5), ja.StoreStates(),
+                                                   jnp.array([0.5, 1.0])))
+
+
+def test_no_blow_up_on_a_healthy_problem():
+    # The same model with b(0) = 1: the derivative is what the replay says it is.
+    y0 = jnp.array([1.0, 1.0])
+    got = jax.grad(_singular_loss, argnums=(0, 1))(y0, jnp.asarray(0.5))
+    sol = ja.solve(_singular_rhs, y0, 0.0, 1.0, jnp.asarray(0.5))
+
+    def replayed(y0, p):
+        return replay(_singular_rhs, ja.Dopri5(), y0, p, sol.steps)[0][-1, 0]
+
+    assert max_rel_diff(got, jax.grad(replayed, argnums=(0, 1))(y0, jnp.asarray(0.5))) < 1e-12
