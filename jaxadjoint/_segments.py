@@ -105,12 +105,12 @@ def jump_segments(
         # next segment at exactly zero, so its own root is not a crossing again.
         g_plus = conditions(e.t, y_plus)
         at_zero = jnp.abs(g_plus) <= 64 * eps * e.scale
-        zero_next = (jnp.arange(num_cond) == e.which) & at_zero
+        zero_next = (jnp.arange(num_cond, dtype=jnp.int32) == e.which) & at_zero
         # Events piling up in a vanishing interval (a Zeno ball) end the solve.
         span = jnp.abs(tau_end - tau_start)
         chatter = jumped & (span <= 64 * eps * jnp.maximum(jnp.abs(tau_end),
                                                            jnp.abs(tau1 - tau_start)))
-        seg_result = jnp.where(active, out.record.result, RESULTS.successful)
+        seg_result = RESULTS.where(active, out.record.result, RESULTS.successful)
         result = RESULTS.where(result == RESULTS.successful, seg_result, result)
         result = RESULTS.where(chatter & (result == RESULTS.successful),
                                RESULTS.event_chattering, result)
@@ -136,7 +136,7 @@ def jump_segments(
         problem.t0, problem.y0, jnp.zeros((num_cond,), bool), jnp.array(True),
         jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
     )
-    final, log = jax.lax.scan(segment, init, jnp.arange(num_segments))
+    final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
     times, states, which, fired, active, t_ends, y_ends, steps, stats = log
     _, _, _, still_going, ys, result = final
     result = RESULTS.where(still_going & (result == RESULTS.successful),
