@@ -324,6 +324,30 @@ def test_two_crossings_in_one_step_in_time_order():
     assert int(sol.events.count) == 0 and float(sol.ts[0]) == 1.0
 
 
+def test_jumps_and_a_terminal_event_together():
+    """y = t, dropped by d whenever it rises through a, stopped at t = 0.9: with a = 0.5 and
+    d = 0.25 it jumps at t = a and t = a + d, and ends at y = 0.9 - 2 d."""
+
+    def run(theta):
+        a, d = theta
+        events = [ja.Event(lambda t, y, th: y[0] - th[0], direction="rising",
+                           jump=lambda t, y, th: y - th[1]),
+                  ja.Event(lambda t, y, th: t - 0.9)]
+        sol = ja.solve(drift, jnp.array([0.0]), 0.0, 2.0, theta, events=events,
+                       solver=ja.RK4(), dt0=0.1, max_events=4)
+        out = jnp.stack([sol.ys[0, 0], sol.events.times[1]])
+        return out, sol
+
+    theta = jnp.array([0.5, 0.25])
+    jac, sol = jax.jit(jax.jacrev(run, has_aux=True))(theta)
+    assert int(sol.events.count) == 3 and list(np.asarray(sol.events.which[:4])) == [0, 0, 1, -1]
+    np.testing.assert_allclose(sol.events.times[:3], [0.5, 0.75, 0.9], rtol=1e-14)
+    np.testing.assert_allclose(sol.ts[0], 0.9, rtol=1e-14)
+    np.testing.assert_allclose(sol.ys[0, 0], 0.4, rtol=1e-13)
+    # d(y_end)/d(a, d) = (0, -2); d(second jump time)/d(a, d) = (1, 1).
+    np.testing.assert_allclose(jac, [[0.0, -2.0], [1.0, 1.0]], atol=1e-13)
+
+
 # --- failures -------------------------------------------------------------------------------
 
 
