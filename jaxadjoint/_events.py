@@ -48,7 +48,8 @@ class Event(eqx.Module):
             are differentiated, as those of ``rhs`` are).
         direction: which crossings count: ``"rising"`` (or ``1``: from negative to
             non-negative), ``"falling"`` (``-1``: from positive to non-positive) or
-            ``"either"`` (``0``, the default).
+            ``"either"`` (``0``, the default), as the solve proceeds (for ``t1 < t0``,
+            as time runs backwards).
         jump: ``None`` (the default) for a *terminal* event: the solve stops at the event.
             Otherwise ``jump(t, y, args)`` returns the state just after the event (same
             structure, shapes and dtypes as ``y``) and integration continues from there.
