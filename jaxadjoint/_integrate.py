@@ -18,9 +18,9 @@ from ._controllers import AbstractController, ConstantStep, IController, StepTo,
 from ._dense import DenseInterpolation
 from ._events import Event, as_events
 from ._saveat import SaveAt, as_saveat
-from ._segments import jump_segments, single_segment
+from ._segments import check_events, checked_condition, solve_events
 from ._sensitivity_base import AbstractSensitivity
-from ._solution import EventLog, Solution
+from ._solution import Solution
 from ._system import Problem, System
 from .solvers._base import AbstractSolver
 from .solvers._explicit import AbstractERK, Dopri5
@@ -282,9 +282,9 @@ def _solve(
     rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
     conditions_cc = ()
     if events:
-        _check_events(events, saveat, sensitivity, integrand, controller, max_events)
+        check_events(events, saveat, sensitivity, integrand, controller, max_events)
         conditions_cc = tuple(
-            eqx.filter_closure_convert(_checked_condition(i, e.cond, t0, y0, args), t0, y0, args)
+            eqx.filter_closure_convert(checked_condition(i, e.cond, t0, y0, args), t0, y0, args)
             for i, e in enumerate(events))
     params, aux, static = _split_params((args, rhs_cc, integrand_cc, conditions_cc))
 
@@ -307,7 +307,7 @@ def _solve(
     )
     problem = Problem(y0=y0_flat, params=params, t0=t0, t1=t1, ts=ts)
     if events:
-        return _solve_events(system, problem, sensitivity, events, saveat, ts, args,
+        return solve_events(system, problem, sensitivity, events, saveat, ts, args,
                              unravel_y, y0_flat, max_events)
     out = sensitivity(system, problem)
 
@@ -324,86 +324,3 @@ def _solve(
         stats=out.record.stats, result=out.record.result, interpolation=interpolation,
     )
 
-
-def _checked_condition(i: int, cond: Callable, t0: Array, y0: Any, args: Any) -> Callable:
-    """``events[i].cond`` after checking at trace time that it returns a real scalar."""
-    try:
-        out = eqx.filter_eval_shape(cond, t0, y0, args)
-    except Exception as e:  # noqa: BLE001 - re-raised with context
-        raise type(e)(f"calling `events[{i}].cond(t0, y0, args)` failed: {e}") from e
-    if not (hasattr(out, "shape") and out.shape == () and jnp.issubdtype(out.dtype, jnp.floating)):
-        shape = getattr(out, "shape", type(out).__name__)
-        dtype = getattr(out, "dtype", "")
-        raise ValueError(f"`events[{i}].cond` must return a real floating scalar, got "
-                         f"{shape} {dtype}".rstrip())
-    return cond
-
-
-def _check_events(events: tuple[Event, ...], saveat: SaveAt, sensitivity: AbstractSensitivity,
-                  integrand: Any, controller: Any, max_events: int) -> None:
-    """What events do not support (yet): a clear error, not a wrong answer."""
-    from ._discrete_forward import DiscreteForward
-
-    if not isinstance(sensitivity, (DiscreteAdjoint, DiscreteForward)):
-        raise ValueError(f"`events` are not supported with `sensitivity="
-                         f"{type(sensitivity).__name__}()` yet: use `DiscreteAdjoint` (the "
-                         "default) or `DiscreteForward`")
-    if integrand is not None:
-        raise ValueError("`integrand` is not supported with `events` yet: add the integral "
-                         "as an extra state component")
-    if saveat.dense:
-        raise ValueError("`SaveAt(dense=True)` is not supported with `events` yet: pass the "
-                         "times you need as `saveat` times")
-    if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 1:
-        raise ValueError(f"`max_events` must be a positive integer, got {max_events!r}")
-    if any(not e.terminal for e in events) and isinstance(controller, StepTo):
-        raise ValueError("`controller=StepTo(ts)` cannot restart after a jump: use an "
-                         "adaptive controller or `ConstantStep`")
-
-
-def _checked_jump(i: int, jump: Callable, t0: Array, y0: Any, args: Any) -> None:
-    """A jump must return a state of ``y0``'s structure, shapes and dtypes."""
-    try:
-        out = eqx.filter_eval_shape(jump, t0, y0, args)
-    except Exception as e:  # noqa: BLE001 - re-raised with context
-        raise type(e)(f"calling `events[{i}].jump(t, y, args)` failed: {e}") from e
-    want = jax.tree.map(lambda x: (x.shape, x.dtype), y0)
-    got = jax.tree.map(lambda x: (getattr(x, "shape", None), getattr(x, "dtype", None)), out)
-    if jax.tree.structure(out) != jax.tree.structure(y0) or want != got:
-        raise ValueError(f"`events[{i}].jump` must return a state like `y0` (same structure, "
-                         f"shapes and dtypes): expected {want}, got {got}")
-
-
-def _solve_events(system: System, problem: Problem, sensitivity: AbstractSensitivity,
-                  events: tuple[Event, ...], saveat: SaveAt, ts: Array, args: Any,
-                  unravel_y: Callable, y0_flat: Array, max_events: int) -> Solution:
-    """`solve` with event conditions: one segment, or segments joined by jumps."""
-    if all(e.terminal for e in events):
-        out = single_segment(sensitivity, system, problem)
-    else:
-        y0 = unravel_y(y0_flat)
-        for i, e in enumerate(events):
-            if e.jump is not None:
-                _checked_jump(i, e.jump, problem.t0, y0, args)
-
-        def flat_jump(jump):
-            if jump is None:
-                return None
-            return lambda t, y: ravel_pytree(jump(t, unravel_y(y), args))[0]
-
-        def conditions(t, y):
-            return system.conditions(problem.direction * t, y, problem.params,
-                                     problem.direction)
-
-        out = jump_segments(sensitivity, system, problem, tuple(flat_jump(e.jump) for e in events),
-                            conditions, max_events)
-    if saveat.ts is None:
-        ts, ys = out.t_end[None], out.y_end[None]
-    else:
-        ys = out.ys
-    log = EventLog(times=out.times, ys=jax.vmap(unravel_y)(out.states), which=out.which,
-                   count=out.count)
-    return Solution(
-        ts=ts, ys=jax.vmap(unravel_y)(ys), steps=jax.lax.stop_gradient(out.steps),
-        integral=None, stats=out.stats, result=out.result, events=log,
-    )
