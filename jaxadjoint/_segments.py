@@ -1,4 +1,4 @@
-"""Solves with events: one segment, or segments joined by jumps.
+"""Solves with events: one segment, or segments joined by jumps (and their input checks).
 
 A solve whose events are all terminal is one call of the sensitivity method: the forward
 loop stops at the first event (`_events`), and the method's derivative rule differentiates
@@ -154,7 +154,8 @@ def jump_segments(
     t_end, y_end = t_ends[last], y_ends[last]
     # Events in order (every active segment but the last ends with one).
     count = jnp.sum(fired.astype(jnp.int32))
-    stats = jax.tree.map(lambda x: jnp.sum(x, axis=0), stats)
+    # Empty segments (after the end) spend a few evaluations on their start: not counted.
+    stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
     if system.throw:
         ys, t_end, y_end = result.error_if((ys, t_end, y_end), result != RESULTS.successful)
     return EventsOutput(ys=ys, t_end=t_end, y_end=y_end, times=times, states=states,
