@@ -10,7 +10,9 @@ checkpoints).  Buffers have length ``max_steps`` but are never
 filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
 steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  The grid's slots
 after the last accepted step stay unwritten: `padded_grid` fills them with ``inf`` only
-where they are shown (``sol.steps``).
+where they are shown (``sol.steps``).  With event conditions (`_events`) each accepted step
+also compares their signs at its two ends; the step where one crosses gets a row, the
+crossing is located on it, and the loop stops there (`EventRecord`).
 """
 
 from __future__ import annotations
