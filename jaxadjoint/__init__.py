@@ -17,13 +17,14 @@ from ._controllers import (
     PIController as PIController,
     StepTo as StepTo,
 )
+from ._events import Event as Event
 from ._integrate import solve as solve
 from ._recursive import Recursive as Recursive
 from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS
 from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
-from ._solution import Solution as Solution
+from ._solution import EventLog as EventLog, Solution as Solution
 from .solvers._base import AbstractSolver as AbstractSolver
 from .solvers._explicit import (
     RK4 as RK4,

@@ -16,7 +16,7 @@ formulas ``dL/dt0 = -lam_0 . f(t0, y0) - mu . R(t0, y0)`` and ``dL/dt1 = mu . R(
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -26,10 +26,11 @@ from jax import Array
 from ._adjoint_health import raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStates
 from ._dense import DenseRows, row_cotangents
-from ._forward import ForwardOutput, Recorder, forward_loop, padded_grid
+from ._events import event_cotangents
+from ._forward import EventRecord, ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
-from ._reverse import SaveCotangents, last_end_stage_adjoint
-from ._sensitivity_base import AbstractSensitivity, Record, SolveOutput
+from ._reverse import SaveCotangents, last_end_stage_adjoint, tree_add
+from ._sensitivity_base import AbstractSensitivity, EventOutput, Record, SolveOutput
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
@@ -43,11 +44,16 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
     steps = padded_grid(problem.direction * out.grid, out.num_accepted)
     ys, integral, result = out.ys, out.integral, out.result
     dense = out.rows if system.dense else None
+    event = None
+    if out.event is not None:
+        e = out.event
+        event = EventOutput(problem.direction * e.tau, e.y, e.fired, e.which,
+                            jax.lax.stop_gradient(e.scale))
     if system.throw:
-        ys, integral, dense = result.error_if(
-            (ys, integral, dense), result != RESULTS.successful
+        ys, integral, dense, event = result.error_if(
+            (ys, integral, dense, event), result != RESULTS.successful
         )
-    return SolveOutput(ys, integral, Record(steps, out.stats, result), dense)
+    return SolveOutput(ys, integral, Record(steps, out.stats, result), dense, event)
 
 
 def plain_solve(system: System, problem: Problem) -> SolveOutput:
@@ -67,7 +73,7 @@ def _solve_fwd(perturbed, problem, system, sens):
     out = forward_loop(system, problem, sens.checkpoint)
     residuals = (
         out.store, out.grid, out.num_accepted, out.rows, out.y_final, out.integral, out.result,
-        out.stats,
+        out.stats, out.event,
     )
     return to_solve_output(system, problem, out), residuals
 
@@ -84,9 +90,9 @@ def _dense_cotangent(dense_bar: DenseRows | None, rows: DenseRows) -> tuple[Arra
 
 @_solve.def_bwd
 def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
-    store, grid, num_accepted, rows, y_final, integral, result, stats = residuals
+    store, grid, num_accepted, rows, y_final, integral, result, stats, event = residuals
     checkpoint = sens.checkpoint
-    ys_bar, integral_bar, _, dense_bar = grad_obj
+    ys_bar, integral_bar, _, dense_bar, event_bar = grad_obj
     params, direction = problem.params, problem.direction
     taus = direction * problem.ts
     # Outputs the loss does not use have no cotangent: they contribute zero.
@@ -103,19 +109,28 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     # Saves are evaluated on the dense-output rows: their cotangents go to the rows'
     # states and slopes, which the sweep adds when it reverses the rows' steps.
     plan = system.stage_plan
+    if event is not None:
+        # Saves after a terminal event are NaN constants.
+        ys_bar = jnp.where((taus > event.tau)[:, None], 0, ys_bar)
     ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar, bool(perturbed.ts))
     if system.dense:
         dense_ybar, dense_kbar = _dense_cotangent(dense_bar, rows)
         ybar, kbar = ybar + dense_ybar, kbar + dense_kbar
+    pbar = jax.tree.map(jnp.zeros_like, params)
+    t1_event_bar = None
+    if event is not None:
+        ybar_e, kbar_e, pbar, t1_event_bar = _event_cotangents(
+            system, problem, rows, event, event_bar)
+        ybar, kbar = ybar + ybar_e, kbar + kbar_e
     interpolating = system.interpolate_saves or system.dense
     saves = SaveCotangents(rows.step, rows.count, ybar, kbar if interpolating else None)
 
     lam = jnp.zeros_like(problem.y0)
-    pbar = jax.tree.map(jnp.zeros_like, params)
     end = last_end_stage_adjoint(system, params, direction, saves, grid[num_accepted],
                                  y_final, num_accepted)
     if end is not None:
-        lam, pbar = end
+        lam, end_pbar = end
+        pbar = tree_add(pbar, end_pbar)
     lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
@@ -132,10 +147,34 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         t0_bar = -jnp.vdot(lam, slope) - integrand_dot(problem.t0, problem.y0)
     if perturbed.t1:
         t1_bar = integrand_dot(problem.t1, y_final)
+        if t1_event_bar is not None:
+            # A solve that no event stopped ends at t1: its end time and state move with it.
+            t1_bar = t1_bar + direction * t1_event_bar
     if perturbed.ts:
         ts_bar = direction * taus_bar
     y0_bar = lam if perturbed.y0 else None
     return Problem(y0=y0_bar, params=pbar, t0=t0_bar, t1=t1_bar, ts=ts_bar)
+
+
+def _event_cotangents(
+    system: System, problem: Problem, rows: DenseRows, event: EventRecord, event_bar: Any
+) -> tuple[Array, Array, Any, Array]:
+    """Row and parameter cotangents of the event outputs (`_events.event_cotangents`)."""
+    params, direction = problem.params, problem.direction
+    dtype = problem.y0.dtype
+    t_bar = y_bar = None
+    if event_bar is not None:
+        t_bar, y_bar = event_bar.t, event_bar.y
+    tau_bar = jnp.zeros((), dtype) if t_bar is None else direction * t_bar
+    y_bar = jnp.zeros_like(problem.y0) if y_bar is None else y_bar
+
+    def condition(tau, y, p):
+        # The condition that fired (any one if none did: its derivative is not used).
+        values = system.conditions(tau, y, p, direction)
+        return values[jnp.maximum(event.which, 0)]
+
+    return event_cotangents(system.stage_plan.weights, rows, event.row, event.tau, condition,
+                            params, tau_bar, y_bar, event.fired)
 
 
 class DiscreteAdjoint(AbstractSensitivity):

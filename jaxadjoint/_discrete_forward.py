@@ -34,11 +34,35 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_rows
-from ._forward import Recorder, forward_loop, quadrature_increment
-from ._sensitivity_base import AbstractSensitivity, SolveOutput
+from ._events import event_state
+from ._forward import EventRecord, Recorder, forward_loop, quadrature_increment
+from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
+
+
+def replay_event(
+    system: System, problem: Problem, rows: DenseRows, event: EventRecord
+) -> tuple[Array, Array]:
+    """``(tau*, u(tau*))`` on replayed ``rows``: the event time's implicit derivative.
+
+    One Newton step of ``g(tau, u(tau)) = 0`` from the recorded root, whose value is the
+    root itself and whose derivative is ``-(dg) / gdot`` (`_events`); a solve that no event
+    stopped ends at ``t1``.
+    """
+    params, direction = problem.params, problem.direction
+    weights = system.stage_plan.weights
+    tau_star = jax.lax.stop_gradient(event.tau)
+
+    def g(tau):
+        u = event_state(weights, rows, event.row, tau)
+        return system.conditions(tau, u, params, direction)[jnp.maximum(event.which, 0)]
+
+    g_star, gdot = jax.jvp(g, (tau_star,), (jnp.ones_like(tau_star),))
+    newton = tau_star - (g_star - jax.lax.stop_gradient(g_star)) / gdot
+    tau = jnp.where(event.fired, newton, direction * problem.t1)
+    return tau, event_state(weights, rows, event.row, tau)
 
 
 def replay(
@@ -125,14 +149,28 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
 
     problem_dot = materialise_tangent(problem, problem_dot)
 
-    def run(p: Problem) -> tuple[Array, Array, DenseRows]:
-        return replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows)
+    def run(p: Problem) -> tuple[Array, Array, DenseRows, Any]:
+        ys, q, rows = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows)
+        if fwd.event is None:
+            return ys, q, rows, None
+        tau, y = replay_event(system, p, rows, fwd.event)
+        # Saves after a terminal event are NaN constants.
+        ys = jnp.where((direction * p.ts > fwd.event.tau)[:, None], jnp.nan, ys)
+        return ys, q, rows, (direction * tau, y)
 
-    (ys_r, q_r, rows_r), (ys_dot, q_dot, rows_dot) = jax.jvp(run, (problem,), (problem_dot,))
+    direction = problem.direction
+    (ys_r, q_r, rows_r, ev_r), (ys_dot, q_dot, rows_dot, ev_dot) = jax.jvp(
+        run, (problem,), (problem_dot,))
     # Value of the solve, derivative of the replay (their values agree to round-off);
     # under an outer `jax.jvp` (e.g. `jax.hessian`) the replay carries the outer tangent.
     ys = out.ys + (ys_r - jax.lax.stop_gradient(ys_r))
     q = out.integral + (q_r - jax.lax.stop_gradient(q_r))
+    event = event_dot = None
+    if ev_r is not None:
+        (t_r, y_r), (t_dot, y_dot) = ev_r, ev_dot
+        event = out.event._replace(t=out.event.t + (t_r - jax.lax.stop_gradient(t_r)),
+                                   y=out.event.y + (y_r - jax.lax.stop_gradient(y_r)))
+        event_dot = EventOutput(t_dot, y_dot, None, None, None)
     dense = dense_dot = None
     if system.dense:
         dense = eqx.tree_at(
@@ -142,8 +180,9 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
         )
         dense_dot = DenseRows(step=None, tau=None, h=None, y=rows_dot.y, k=rows_dot.k,
                               count=None, starts=None)
-    primal = SolveOutput(ys, q, out.record, dense)
-    tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record), dense_dot)
+    primal = SolveOutput(ys, q, out.record, dense, event)
+    tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record), dense_dot,
+                          event_dot)
     return primal, tangent
 
 

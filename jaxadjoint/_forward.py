@@ -10,7 +10,9 @@ checkpoints).  Buffers have length ``max_steps`` but are never
 filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
 steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  The grid's slots
 after the last accepted step stay unwritten: `padded_grid` fills them with ``inf`` only
-where they are shown (``sol.steps``).
+where they are shown (``sol.steps``).  With event conditions (`_events`) each accepted step
+also compares their signs at its two ends; the step where one crosses gets a row, the
+crossing is located on it, and the loop stops there (`EventRecord`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ._dense import (
     write_final_row,
     write_row,
 )
+from ._events import crossings, event_state, locate_roots
 from ._results import RESULTS
 from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
@@ -84,6 +87,23 @@ class ForwardOutput(NamedTuple):
     stats: dict[str, Array]
     result: RESULTS
     store: Any
+    event: EventRecord | None = None  # with event conditions
+
+
+class EventRecord(NamedTuple):
+    """Where the solve ended, with event conditions (`_events`).
+
+    If an event fired: its internal time ``tau*``, the dense-output row of its step and
+    the state ``u(tau*)`` on it.  Otherwise ``tau1``, the final state's row and ``y_T``, so
+    that both cases are differentiated alike (`_adjoint`).
+    """
+
+    tau: Array  # internal time where the solve ended
+    row: Array  # int32 dense-output row holding it
+    y: Array  # (N,) the state there
+    fired: Array  # bool
+    which: Array  # int32: the condition that fired, -1 if none
+    scale: Array  # max |g| at the ends of the event step (what "zero" means after it)
 
 
 def padded_grid(grid: Array, num_accepted: Array) -> Array:
@@ -194,14 +214,21 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     live = tuple(m for m in plan.live if m < plan.num_main)
     evals_per_step = solver.rhs_evals_per_step + (0 if solver.fsal else 1)
     # Without save times (y(t1) only) the final state is the only row: no row in the loop.
-    rows_in_loop = system.dense or system.interpolate_saves or system.land_on_ts
+    directions = getattr(system, "event_directions", ())
+    has_events = bool(directions)
+    rows_in_loop = (system.dense or system.interpolate_saves or system.land_on_ts
+                    or has_events)
     if system.dense:
         num_rows = system.max_steps + 1
     else:
-        num_rows = min(n_save, system.max_steps) + 1 if rows_in_loop else 1
+        # The rows of steps holding saves, the event step's, the final state's.
+        num_rows = min(n_save, system.max_steps) + 1 + has_events if rows_in_loop else 1
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
+
+    def conditions(tau, y):
+        return system.conditions(tau, y, params, direction)
 
     def start() -> dict:
         k0 = f(tau0, y0)
@@ -216,7 +243,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         witness = batch_witness(dtype, y0, params, tau0, tau1, taus, h0, cstate, system)
         # Slots past the last accepted step stay unwritten (see `padded_grid`).
         grid = uninitialised((system.max_steps + 1,), dtype, witness, "grid").at[0].set(tau0)
-        return dict(
+        carry = dict(
             tau=tau0,
             y=y0,
             k0=k0,
@@ -234,11 +261,43 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             result=RESULTS.where(save_times_valid(taus, tau0, tau1), RESULTS.successful,
                                  RESULTS.invalid_save_times),
         )
+        if has_events:
+            carry.update(event_start(y0))
+            carry["result"] = RESULTS.where(
+                jnp.all(jnp.isfinite(carry["g"])), carry["result"],
+                RESULTS.event_condition_nonfinite)
+        return carry
+
+    def event_start(y0: Array) -> dict:
+        g = conditions(tau0, y0)
+        if system.event_zero_start is not None:
+            # A condition that just fired is at its root: not a crossing in the first step.
+            g = jnp.where(system.event_zero_start, 0, g)
+        return dict(g=g, fired=jnp.array(False), event_tau=tau1, event_row=jnp.int32(0),
+                    which=jnp.int32(-1), event_scale=jnp.zeros((), dtype))
 
     def running(c: dict) -> Array:
-        return (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
+        going = (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
             c["num_steps"] < system.max_steps
         )
+        return going & ~c["fired"] if has_events else going
+
+    def locate(tau, h, y, ks, g_start, g_end, crossed):
+        """The earliest crossing in the step: ``(theta*, condition)`` (`_events`)."""
+
+        def phi(theta):
+            # Condition i at theta_i on the step's continuous extension.
+            m = theta.shape[0]
+            us = plan.weights.combine(theta, jnp.broadcast_to(y, (m,) + y.shape),
+                                      jnp.broadcast_to(h, (m,)),
+                                      jnp.broadcast_to(ks, (m,) + ks.shape))
+            return jnp.stack([system.condition(i, tau + theta[i] * h, us[i], params,
+                                               direction) for i in range(m)])
+
+        thetas = locate_roots(phi, crossed, g_start, dtype)
+        thetas = jnp.where(crossed, thetas, jnp.inf)
+        which = jnp.argmin(thetas).astype(jnp.int32)
+        return thetas[which], which
 
     def advance(c: dict) -> dict:
         active = running(c)
@@ -297,6 +356,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         # A row of dense output for an accepted step that holds save times (every step
         # with `dense`): the saves are evaluated on it after the loop.
         rows = c["rows"]
+        events = {}
         if rows_in_loop:
             # The first save at or after tau.
             first = count_before(taus, tau)
@@ -305,10 +365,30 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             else:
                 next_save = taus[jnp.minimum(first, n_save - 1)]
                 has_row = accept & (first < n_save) & (next_save < tau_next)
-            rows = write_row(
-                rows, has_row, n, tau, h_used, y,
-                row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row), first,
-            )
+            if has_events:
+                g_end = conditions(tau_next, step.y_new)
+                crossed = accept & crossings(c["g"], g_end, directions)
+                fires = jnp.any(crossed)
+                has_row = has_row | fires
+            slopes = row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row)
+            if has_events:
+                theta, which = jax.lax.cond(
+                    fires, locate, lambda *_: (jnp.ones((), dtype), jnp.int32(-1)),
+                    tau, h_used, y, slopes, c["g"], g_end, crossed,
+                )
+                scale = jnp.max(jnp.maximum(jnp.abs(c["g"]), jnp.abs(g_end)))
+                bad_g = accept & ~jnp.all(jnp.isfinite(g_end))
+                result = RESULTS.where(bad_g, RESULTS.event_condition_nonfinite, result)
+                events = dict(
+                    g=jnp.where(accept, g_end, c["g"]),
+                    fired=c["fired"] | fires,
+                    event_tau=jnp.where(fires, tau + theta * h_used, c["event_tau"]),
+                    event_row=jnp.where(fires, jnp.minimum(rows.count, rows.size - 1),
+                                        c["event_row"]),
+                    which=jnp.where(fires, which, c["which"]),
+                    event_scale=jnp.where(fires, scale, c["event_scale"]),
+                )
+            rows = write_row(rows, has_row, n, tau, h_used, y, slopes, first)
         n_new = n + accept.astype(jnp.int32)
         small = dict(h=h_next, cstate=cstate, result=result,
                      num_steps=c["num_steps"] + 1)
@@ -328,11 +408,13 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_accepted=n_new,
             stiffness=stiffness,
             **small,
+            **events,
         )
 
     def finish(final: dict) -> ForwardOutput:
+        stopped = final["fired"] if has_events else jnp.array(False)
         result = RESULTS.where(
-            (final["result"] == RESULTS.successful) & (final["tau"] < tau1),
+            (final["result"] == RESULTS.successful) & (final["tau"] < tau1) & ~stopped,
             RESULTS.max_steps_reached,
             final["result"],
         )
@@ -346,8 +428,20 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         )
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)
+        ys = interpolate(plan.weights, rows, taus, save_rows(rows))
+        event = None
+        if has_events:
+            fired = final["fired"]
+            tau_end = jnp.where(fired, final["event_tau"], final["tau"])
+            row = jnp.where(fired, final["event_row"], rows.count - 1)
+            event = EventRecord(
+                tau=tau_end, row=row, y=event_state(plan.weights, rows, row, tau_end),
+                fired=fired, which=final["which"], scale=final["event_scale"],
+            )
+            # Saves after a terminal event are NaN: the solution does not go there.
+            ys = jnp.where((taus > tau_end)[:, None], jnp.nan, ys)
         return ForwardOutput(
-            ys=interpolate(plan.weights, rows, taus, save_rows(rows)),
+            ys=ys,
             integral=final["integral"],
             grid=final["grid"],
             num_accepted=num_accepted,
@@ -356,6 +450,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             stats=stats,
             result=result,
             store=final["store"],
+            event=event,
         )
 
     return _Loop(start, running, advance, finish)

@@ -16,7 +16,9 @@ from . import _validation as check
 from ._adjoint import DiscreteAdjoint
 from ._controllers import AbstractController, ConstantStep, IController, StepTo, Tolerances
 from ._dense import DenseInterpolation
+from ._events import Event, as_events
 from ._saveat import SaveAt, as_saveat
+from ._segments import check_events, checked_condition, solve_events
 from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
 from ._system import Problem, System
@@ -128,6 +130,8 @@ def solve(
     integrand: Callable[[Array, Any, Any], Any] | None = None,
     max_steps: int = 4096,
     throw: bool = True,
+    events: Event | list[Event] | None = None,
+    max_events: int = 16,
 ) -> Solution:
     """Solve ``dy/dt = rhs(t, y, args)`` from ``t0`` to ``t1`` with a Runge–Kutta method.
 
@@ -161,11 +165,23 @@ def solve(
             of this length are preallocated.
         throw: raise a runtime error when the solve fails; with ``False`` inspect
             ``sol.result`` instead.
+        events: an `Event` or a list of them: zero crossings of ``cond(t, y, args)``,
+            located on the continuous extension of the step where the sign changes.  The
+            earliest crossing wins; a terminal event (no ``jump``) ends the solve there
+            (``sol.ts``/``sol.ys`` with ``saveat=None`` are then the event time and state,
+            and saves after it are NaN), an event with a ``jump`` restarts the solve from
+            ``jump(t*, y(t*), args)``.  ``sol.events`` says which fired, when, and how
+            many times.  Event times and states are differentiated exactly (the implicit
+            function theorem on the computed interpolant).
+        max_events: with jumps, the most jumps the solve may take
+            (`RESULTS.max_events_reached` after that); the solve runs ``max_events + 1``
+            segments, each with buffers of ``max_steps``.
 
     Returns:
         A `Solution`.
     """
     saveat = as_saveat(saveat)
+    events = as_events(events)
     if isinstance(sensitivity, AbstractSensitivity) and sensitivity.reverse_mode_only:
         # Before `jit`: inside it, an outer `jax.jvp` is invisible (it transforms the jaxpr).
         check.check_reverse_mode_only(
@@ -173,7 +189,7 @@ def solve(
         )
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
-        integrand, max_steps, throw,
+        integrand, max_steps, throw, events, max_events,
     )
 
 
@@ -194,6 +210,8 @@ def _solve(
     integrand: Callable[[Array, Any, Any], Any] | None,
     max_steps: int,
     throw: bool,
+    events: tuple[Event, ...] = (),
+    max_events: int = 16,
 ) -> Solution:
     """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves."""
     if not callable(rhs):
@@ -262,7 +280,13 @@ def _solve(
         unravel_integral = ravel_pytree(zeros)[1]
         integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
     rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
-    params, aux, static = _split_params((args, rhs_cc, integrand_cc))
+    conditions_cc = ()
+    if events:
+        check_events(events, saveat, sensitivity, integrand, controller, max_events)
+        conditions_cc = tuple(
+            eqx.filter_closure_convert(checked_condition(i, e.cond, t0, y0, args), t0, y0, args)
+            for i, e in enumerate(events))
+    params, aux, static = _split_params((args, rhs_cc, integrand_cc, conditions_cc))
 
     system = System(
         static_params=static,
@@ -277,9 +301,14 @@ def _solve(
         throw=throw,
         dense=saveat.dense,
         land_on_ts=saveat.land_on_ts,
-        interpolate_saves=saveat.ts is not None and not saveat.land_on_ts,
+        # An event lies inside its step, as interpolated saves do.
+        interpolate_saves=(saveat.ts is not None and not saveat.land_on_ts) or bool(events),
+        event_directions=tuple(e.direction for e in events),
     )
     problem = Problem(y0=y0_flat, params=params, t0=t0, t1=t1, ts=ts)
+    if events:
+        return solve_events(system, problem, sensitivity, events, saveat, ts, args,
+                             unravel_y, y0_flat, max_events)
     out = sensitivity(system, problem)
 
     ys = jax.vmap(unravel_y)(out.ys)
@@ -294,3 +323,4 @@ def _solve(
         ts=ts, ys=ys, steps=jax.lax.stop_gradient(out.record.steps), integral=integral,
         stats=out.record.stats, result=out.record.result, interpolation=interpolation,
     )
+

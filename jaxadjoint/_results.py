@@ -30,6 +30,20 @@ class RESULTS(eqx.Enumeration):
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
         "(non-decreasing for t1 > t0); the solve did not start."
     )
+    event_condition_nonfinite = (
+        "An event condition returned NaN or Inf at the start or after an accepted step: "
+        "its sign, and so the event, is undefined. Check `Event.cond`."
+    )
+    max_events_reached = (
+        "The solve reached `max_events` events with a jump before `t1`. Increase "
+        "`max_events`, or make the event terminal (no `jump`) if the solve should stop."
+    )
+    event_chattering = (
+        "An event with a jump fired again almost at once (events accumulating in a "
+        "vanishing interval, e.g. a ball coming to rest): the solve stopped there. Make "
+        "the jump move the state away from the condition's zero, or add a terminal event "
+        "that stops the solve (e.g. when the bounce speed falls below a threshold)."
+    )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "
         "be meaningless. Fix the solve (e.g. increase `max_steps`) before taking gradients."

@@ -21,11 +21,22 @@ class Record(NamedTuple):
     result: RESULTS
 
 
+class EventOutput(NamedTuple):
+    """Where a solve with event conditions ended (`_events`)."""
+
+    t: Array  # the event time, or t1 if none fired (real time; differentiable)
+    y: Array  # (N,) the state there (differentiable)
+    fired: Array  # bool
+    which: Array  # int32 index of the condition that fired, -1 if none
+    scale: Array  # max |g| at the ends of the event step (not differentiated)
+
+
 class SolveOutput(NamedTuple):
     ys: Array  # (n_save, N)
     integral: Array  # (Q,)
     record: Record
     dense: DenseRows | None = None  # every step's dense output (``SaveAt(dense=True)``)
+    event: EventOutput | None = None  # with event conditions
 
 
 class AbstractSensitivity(eqx.Module):

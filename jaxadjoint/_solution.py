@@ -11,6 +11,25 @@ from ._dense import DenseInterpolation
 from ._results import RESULTS
 
 
+class EventLog(eqx.Module):
+    """The events of a solve (``sol.events``), in the order they fired.
+
+    Attributes:
+        times: ``(K,)`` event times, NaN after the last event (``K = 1`` for terminal
+            events alone, ``max_events + 1`` with jumps).  Differentiable.
+        ys: the state just before each event (before its jump), a pytree like ``y0`` with
+            a leading axis of ``K``; NaN after the last event.  Differentiable.
+        which: ``(K,)`` the index in ``events`` of the condition that fired, ``-1`` after
+            the last event.
+        count: the number of events.
+    """
+
+    times: Array
+    ys: Any
+    which: Array
+    count: Array
+
+
 class Solution(eqx.Module):
     """What `jaxadjoint.solve` returns.
 
@@ -26,6 +45,8 @@ class Solution(eqx.Module):
         result: `RESULTS.successful` or the reason for failure.
         interpolation: with ``SaveAt(dense=True)``, the continuous extension of every
             step (use `evaluate`); ``None`` otherwise.
+        events: with ``events=``, an `EventLog` (which events fired, when, how many);
+            ``None`` otherwise.  With jumps, ``steps`` has one row per segment.
     """
 
     ts: Array
@@ -35,6 +56,7 @@ class Solution(eqx.Module):
     stats: dict[str, Array]
     result: RESULTS
     interpolation: DenseInterpolation | None = None
+    events: EventLog | None = None
 
     def evaluate(self, t: Any) -> Any:
         """The solution at ``t`` (scalar or 1-D array in ``[t0, t1]``) from the dense output.

@@ -63,6 +63,10 @@ class System(eqx.Module):
     # Save times may fall inside steps (``saveat`` given, not landing): the reverse pass
     # then also linearises the stages that only the interpolant reads.
     interpolate_saves: bool = eqx.field(static=True, default=False)
+    # Event conditions (`_events`): the direction of each (their functions are in the
+    # parameters), and which of them start at exactly zero (just fired, see `_segments`).
+    event_directions: tuple[int, ...] = eqx.field(static=True, default=())
+    event_zero_start: Array | None = None
 
     @property
     def has_integrand(self) -> bool:
@@ -73,20 +77,30 @@ class System(eqx.Module):
         """The stages of a step, including those the interpolated saves read."""
         return saves_stage_plan(self)
 
-    def _parts(self, params: Any) -> tuple[Any, Callable, Callable | None]:
+    def _parts(self, params: Any) -> tuple[Any, Callable, Callable | None, tuple]:
         return eqx.combine(params, self.aux_params, self.static_params)
 
     def rhs(self, t: Array, y: Array, params: Any) -> Array:
         """The user's ``rhs`` in real time on the flat state."""
-        args, rhs, _ = self._parts(params)
+        args, rhs, _, _ = self._parts(params)
         out = ravel_pytree(rhs(t, self.unravel_y(y), args))[0]
         return out.astype(y.dtype)
 
     def integrand(self, t: Array, y: Array, params: Any) -> Array:
         """The user's ``integrand`` ``R(t, y, args)`` in real time, flat."""
-        args, _, integrand = self._parts(params)
+        args, _, integrand, _ = self._parts(params)
         out = ravel_pytree(integrand(t, self.unravel_y(y), args))[0]
         return out.astype(y.dtype)
+
+    def condition(self, i: int, tau: Array, y: Array, params: Any, direction: Array) -> Array:
+        """Event condition ``i`` at internal time ``tau`` on the flat state: a scalar."""
+        args, _, _, conditions = self._parts(params)
+        return jnp.asarray(conditions[i](direction * tau, self.unravel_y(y), args), y.dtype)
+
+    def conditions(self, tau: Array, y: Array, params: Any, direction: Array) -> Array:
+        """Every event condition at ``(tau, y)``, ``(E,)``."""
+        return jnp.stack([self.condition(i, tau, y, params, direction)
+                          for i in range(len(self.event_directions))])
 
     def field(self, tau: Array, y: Array, params: Any, direction: Array) -> Array:
         """The vector field in internal time: ``direction * rhs(direction * tau, y)``."""

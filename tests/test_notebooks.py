@@ -53,7 +53,7 @@ def figures_without_image(notebook) -> list[str]:
 def test_notebooks_exist():
     names = {path.stem for path in NOTEBOOKS}
     for expected in ("01_heat_equation", "02_van_der_pol", "03_lotka_volterra",
-                     "04_fitting_with_optax", "05_neural_ode", "06_robertson"):
+                     "04_fitting_with_optax", "05_neural_ode", "06_robertson", "07_events"):
         assert expected in names
 
 
@@ -61,7 +61,8 @@ def test_committed_figures_exist():
     """Readers on the web see the full-mode figures without running anything."""
     for name in ("heat_errors.png", "van_der_pol_fig2.png", "glv_trajectories.png",
                  "glv_fig3_methods.png", "glv_fig4_implementations.png", "glv_fig5_scaling.png",
-                 "fitting_glv.png", "neural_ode.png", "robertson_sensitivities.png"):
+                 "fitting_glv.png", "neural_ode.png", "robertson_sensitivities.png",
+                 "events_ball.png", "events_dosing.png"):
         assert (NOTEBOOKS_DIR / name).is_file(), name
 
 

@@ -1,0 +1,244 @@
+"""Solves with events: one segment, or segments joined by jumps (and their input checks).
+
+A solve whose events are all terminal is one call of the sensitivity method: the forward
+loop stops at the first event (`_events`), and the method's derivative rule differentiates
+the event time and state.
+
+With jumps ``y+ = J(t*, y-, args)`` the solve is a sequence of such segments: segment
+``k + 1`` starts at the event time ``t*_k`` of segment ``k`` from ``J(t*_k, u(t*_k))``.
+The segments are the iterations of one `jax.lax.scan` of ``max_events + 1`` segments (a
+solve that ends early runs empty segments, from ``t1`` to ``t1``), so reverse mode goes
+through the scan to each segment's own derivative rule, and JAX differentiates the jumps:
+the adjoint reaches ``y-`` through ``dJ/dy`` and the event time through ``dJ/dt`` and
+the next segment's start time.  That last derivative is the one `solve` uses for ``t0``:
+``dL/dt0 = -lam_0 . f(t0, y0)`` (the continuous formula), so the saltation term ``f(y+)``
+of the post-event path is the exact flow's; everything else is the exact derivative of
+the computed solution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from ._adjoint import DiscreteAdjoint
+from ._controllers import StepTo
+from ._discrete_forward import DiscreteForward
+from ._events import Event
+from ._results import RESULTS
+from ._saveat import SaveAt
+from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
+from ._solution import EventLog, Solution
+from ._system import Problem, System
+
+
+class EventsOutput(NamedTuple):
+    """A solve with events, flat: what `solve` turns into a `Solution`."""
+
+    ys: Array  # (n_save, N) NaN after a terminal event
+    t_end: Array  # where the solve ended: a terminal event's time or t1
+    y_end: Array  # (N,) the state there
+    times: Array  # (K,) event times in order, NaN after the last
+    states: Array  # (K, N) the state just before each event (NaN after the last)
+    which: Array  # (K,) int32 the condition of each event, -1 after the last
+    count: Array  # int32 number of events
+    steps: Array  # (max_steps + 1,) or, with jumps, (K, max_steps + 1) per segment
+    stats: dict[str, Array]
+    result: RESULTS
+
+
+def single_segment(sensitivity: AbstractSensitivity, system: System,
+                   problem: Problem) -> EventsOutput:
+    """Terminal events only: one solve that stops at the first event."""
+    out = sensitivity(system, problem)
+    e = out.event
+    nan = jnp.full((1,), jnp.nan, e.y.dtype)
+    return EventsOutput(
+        ys=out.ys, t_end=e.t, y_end=e.y,
+        times=jnp.where(e.fired, e.t, nan), states=jnp.where(e.fired, e.y, nan[:, None]),
+        which=e.which[None], count=e.fired.astype(jnp.int32),
+        steps=out.record.steps, stats=out.record.stats, result=out.record.result,
+    )
+
+
+def jump_segments(
+    sensitivity: AbstractSensitivity,
+    system: System,
+    problem: Problem,
+    jumps: tuple[Any, ...],
+    conditions: Any,
+    max_events: int,
+) -> EventsOutput:
+    """Segments joined by jumps (module docstring).
+
+    ``jumps[i](t, y)`` is the jump of condition ``i`` on the flat state in real time, or
+    ``None`` for a terminal condition; ``conditions(t, y)`` all conditions, ``(E,)``.
+    At most ``max_events`` jumps: a further one fails with `RESULTS.max_events_reached`.
+    """
+    direction = problem.direction
+    taus = direction * problem.ts
+    tau1 = direction * problem.t1
+    dtype = problem.y0.dtype
+    eps = jnp.finfo(dtype).eps
+    num_segments = max_events + 1
+    is_jump = jnp.asarray([j is not None for j in jumps])
+    branches = [(lambda t, y, j=j: y if j is None else j(t, y)) for j in jumps]
+    num_cond = len(jumps)
+
+    def segment(carry, k):
+        t_start, y_start, zero_start, active, ys, result = carry
+        tau_start = direction * t_start
+        # An inactive segment is empty (t1 to t1); saves outside the segment are clipped
+        # into it and not used.
+        t0 = jnp.where(active, t_start, problem.t1)
+        ts = direction * jnp.clip(taus, direction * t0, tau1)
+        seg_system = eqx.tree_at(lambda s: s.event_zero_start, system, zero_start,
+                                 is_leaf=lambda x: x is None)
+        out: SolveOutput = sensitivity(seg_system, Problem(
+            y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
+        e: EventOutput = out.event
+        fired = active & e.fired
+        jumped = fired & is_jump[jnp.maximum(e.which, 0)]
+        tau_end = direction * e.t
+        in_segment = active & (taus >= tau_start) & (taus <= tau_end)
+        ys = jnp.where(in_segment[:, None], out.ys, ys)
+        y_plus = jax.lax.switch(jnp.maximum(e.which, 0), branches, e.t, e.y)
+        # A condition the jump leaves at its zero (a bounce keeps the height) starts the
+        # next segment at exactly zero, so its own root is not a crossing again.
+        g_plus = conditions(e.t, y_plus)
+        at_zero = jnp.abs(g_plus) <= 64 * eps * e.scale
+        zero_next = (jnp.arange(num_cond, dtype=jnp.int32) == e.which) & at_zero
+        # Events piling up in a vanishing interval (a Zeno ball) end the solve.
+        span = jnp.abs(tau_end - tau_start)
+        chatter = jumped & (span <= 64 * eps * jnp.maximum(jnp.abs(tau_end),
+                                                           jnp.abs(tau1 - tau_start)))
+        seg_result = RESULTS.where(active, out.record.result, RESULTS.successful)
+        result = RESULTS.where(result == RESULTS.successful, seg_result, result)
+        result = RESULTS.where(chatter & (result == RESULTS.successful),
+                               RESULTS.event_chattering, result)
+        go_on = jumped & ~chatter & (out.record.result == RESULTS.successful)
+        new = (
+            jnp.where(go_on, e.t, t_start),
+            jnp.where(go_on, y_plus, y_start),
+            jnp.where(go_on, zero_next, zero_start),
+            go_on,
+            ys,
+            result,
+        )
+        nan = jnp.full((), jnp.nan, dtype)
+        log = (
+            jnp.where(fired, e.t, nan), jnp.where(fired, e.y, nan),
+            jnp.where(fired, e.which, -1), fired, active, e.t, e.y,
+            out.record.steps, out.record.stats,
+        )
+        return new, log
+
+    n_save = taus.shape[0]
+    init = (
+        problem.t0, problem.y0, jnp.zeros((num_cond,), bool), jnp.array(True),
+        jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
+    )
+    final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
+    times, states, which, fired, active, t_ends, y_ends, steps, stats = log
+    _, _, _, still_going, ys, result = final
+    result = RESULTS.where(still_going & (result == RESULTS.successful),
+                           RESULTS.max_events_reached, result)
+    # The end of the last active segment.
+    last = jnp.sum(active.astype(jnp.int32)) - 1
+    t_end, y_end = t_ends[last], y_ends[last]
+    # Events in order (every active segment but the last ends with one).
+    count = jnp.sum(fired.astype(jnp.int32))
+    # Empty segments (after the end) spend a few evaluations on their start: not counted.
+    stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
+    if system.throw:
+        ys, t_end, y_end = result.error_if((ys, t_end, y_end), result != RESULTS.successful)
+    return EventsOutput(ys=ys, t_end=t_end, y_end=y_end, times=times, states=states,
+                        which=which, count=count, steps=steps, stats=stats, result=result)
+
+
+def checked_condition(i: int, cond: Callable, t0: Array, y0: Any, args: Any) -> Callable:
+    """``events[i].cond`` after checking at trace time that it returns a real scalar."""
+    try:
+        out = eqx.filter_eval_shape(cond, t0, y0, args)
+    except Exception as e:  # noqa: BLE001 - re-raised with context
+        raise type(e)(f"calling `events[{i}].cond(t0, y0, args)` failed: {e}") from e
+    if not (hasattr(out, "shape") and out.shape == () and jnp.issubdtype(out.dtype, jnp.floating)):
+        shape = getattr(out, "shape", type(out).__name__)
+        dtype = getattr(out, "dtype", "")
+        raise ValueError(f"`events[{i}].cond` must return a real floating scalar, got "
+                         f"{shape} {dtype}".rstrip())
+    return cond
+
+
+def check_events(events: tuple[Event, ...], saveat: SaveAt, sensitivity: AbstractSensitivity,
+                 integrand: Any, controller: Any, max_events: int) -> None:
+    """What events do not support (yet): a clear error, not a wrong answer."""
+    if not isinstance(sensitivity, (DiscreteAdjoint, DiscreteForward)):
+        raise ValueError(f"`events` are not supported with `sensitivity="
+                         f"{type(sensitivity).__name__}()` yet: use `DiscreteAdjoint` (the "
+                         "default) or `DiscreteForward`")
+    if integrand is not None:
+        raise ValueError("`integrand` is not supported with `events` yet: add the integral "
+                         "as an extra state component")
+    if saveat.dense:
+        raise ValueError("`SaveAt(dense=True)` is not supported with `events` yet: pass the "
+                         "times you need as `saveat` times")
+    if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 1:
+        raise ValueError(f"`max_events` must be a positive integer, got {max_events!r}")
+    if any(not e.terminal for e in events) and isinstance(controller, StepTo):
+        raise ValueError("`controller=StepTo(ts)` cannot restart after a jump: use an "
+                         "adaptive controller or `ConstantStep`")
+
+
+def checked_jump(i: int, jump: Callable, t0: Array, y0: Any, args: Any) -> None:
+    """A jump must return a state of ``y0``'s structure, shapes and dtypes."""
+    try:
+        out = eqx.filter_eval_shape(jump, t0, y0, args)
+    except Exception as e:  # noqa: BLE001 - re-raised with context
+        raise type(e)(f"calling `events[{i}].jump(t, y, args)` failed: {e}") from e
+    want = jax.tree.map(lambda x: (x.shape, x.dtype), y0)
+    got = jax.tree.map(lambda x: (getattr(x, "shape", None), getattr(x, "dtype", None)), out)
+    if jax.tree.structure(out) != jax.tree.structure(y0) or want != got:
+        raise ValueError(f"`events[{i}].jump` must return a state like `y0` (same structure, "
+                         f"shapes and dtypes): expected {want}, got {got}")
+
+
+def solve_events(system: System, problem: Problem, sensitivity: AbstractSensitivity,
+                 events: tuple[Event, ...], saveat: SaveAt, ts: Array, args: Any,
+                 unravel_y: Callable, y0_flat: Array, max_events: int) -> Solution:
+    """`solve` with event conditions: one segment, or segments joined by jumps."""
+    if all(e.terminal for e in events):
+        out = single_segment(sensitivity, system, problem)
+    else:
+        y0 = unravel_y(y0_flat)
+        for i, e in enumerate(events):
+            if e.jump is not None:
+                checked_jump(i, e.jump, problem.t0, y0, args)
+
+        def flat_jump(jump):
+            if jump is None:
+                return None
+            return lambda t, y: ravel_pytree(jump(t, unravel_y(y), args))[0]
+
+        def conditions(t, y):
+            return system.conditions(problem.direction * t, y, problem.params,
+                                     problem.direction)
+
+        jumps = tuple(flat_jump(e.jump) for e in events)
+        out = jump_segments(sensitivity, system, problem, jumps, conditions, max_events)
+    if saveat.ts is None:
+        ts, ys = out.t_end[None], out.y_end[None]
+    else:
+        ys = out.ys
+    log = EventLog(times=out.times, ys=jax.vmap(unravel_y)(out.states), which=out.which,
+                   count=out.count)
+    return Solution(
+        ts=ts, ys=jax.vmap(unravel_y)(ys), steps=jax.lax.stop_gradient(out.steps),
+        integral=None, stats=out.stats, result=out.result, events=log,
+    )

@@ -1,0 +1,394 @@
+"""Events: terminal events, jumps, several conditions, under vmap, and bad input.
+
+Gradients are checked three ways:
+
+- against an independent replay (`jaxadjoint.replay_on_grid`, the textbook formulas in a
+  scan) on the recorded grid, whose event time is one Newton step of the replayed
+  interpolant from the recorded root (value: the root; derivative: the implicit one),
+  differentiated by JAX: to round-off (``1e-11`` relative, every checkpoint strategy and
+  `DiscreteForward`);
+- against closed forms: a drag-free projectile (landing time and range in launch speed,
+  angle and gravity; the solution is a quadratic, which Dopri5 and its interpolant
+  reproduce to round-off), a bouncing ball's height at fixed times after several bounces
+  (in the restitution coefficient and initial height), and a one-compartment drug model
+  dosed whenever the concentration falls below a threshold (to the solver's tolerance);
+- finite differences are not needed where a closed form exists.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import helpers
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxadjoint as ja
+
+# --- a projectile with quadratic drag: the replay reference ------------------------------
+
+
+def projectile(t, y, args):
+    g, drag = args["g"], args["drag"]
+    speed = jnp.sqrt(y[2] ** 2 + y[3] ** 2)
+    return jnp.stack([y[2], y[3], -drag * speed * y[2], -g - drag * speed * y[3]])
+
+
+def ground(t, y, args):
+    return y[1] - args["ground"]
+
+
+LAND = ja.Event(ground, direction="falling")
+ARGS = {"g": jnp.array(9.81), "drag": jnp.array(0.05), "ground": jnp.array(-0.5)}
+
+
+def launch(v, angle):
+    return jnp.stack([jnp.zeros_like(v), jnp.zeros_like(v), v * jnp.cos(angle),
+                      v * jnp.sin(angle)])
+
+
+TS = jnp.array([0.2, 0.9, 1.5, 5.0])  # the last one after landing
+
+
+@eqx.filter_jit
+def landing(p, args, sensitivity):
+    """``(landing time, range, saves, sol)`` of the dragged projectile."""
+    sol = ja.solve(projectile, launch(p[0], p[1]), 0.0, 10.0, args, events=LAND,
+                   saveat=TS, rtol=1e-8, atol=1e-8, sensitivity=sensitivity, max_steps=256)
+    return sol.events.times[0], sol.events.ys[0, 0], sol.ys, sol
+
+
+def loss(p, args, sensitivity):
+    t, x, ys, sol = landing(p, args, sensitivity)
+    return t + 0.3 * x + jnp.sum(jnp.cos(jnp.arange(3.0)) * ys[:3, 1]), (ys, sol)
+
+
+@eqx.filter_jit
+def loss_grad(p, args, sensitivity):
+    """``(d loss / d(p, args), (saves, sol))``: one compilation per sensitivity method."""
+    if isinstance(sensitivity, ja.DiscreteForward):
+        jac = jax.jacfwd(loss, argnums=(0, 1), has_aux=True)
+    else:
+        jac = jax.grad(loss, argnums=(0, 1), has_aux=True)
+    return jac(p, args, sensitivity)
+
+
+P = jnp.array([12.0, 0.8])
+
+
+def replay_event(rhs, solver, y0, args, grid, cond, t_star, ts):
+    """``(t*, y(t*), y(ts))`` on the replayed interpolant (one replay for all of them).
+
+    ``t*`` is one Newton step of ``cond(t, u(t)) = 0`` from the recorded root: its value is
+    the root, its derivative the implicit one.  ``y(t*)`` is ``u(t0) + u'(t0) (t* - t0)``
+    around the recorded root ``t0``: the value ``u(t0)``, the derivative of ``u(t*)``.
+    """
+    t_star = jax.lax.stop_gradient(t_star)
+
+    def replay(t):
+        return ja.replay_on_grid(rhs, solver, y0, args, grid, jnp.concatenate([t[None], ts]))[0]
+
+    ys, slopes = jax.jvp(replay, (t_star,), (jnp.ones_like(t_star),))
+    u, u_dot = ys[0], slopes[0]
+    g0, g_u = jax.jvp(lambda t, u: cond(t, u, args), (t_star, u),
+                      (jnp.ones_like(t_star), u_dot))
+    t = t_star - (g0 - jax.lax.stop_gradient(g0)) / g_u
+    return t, u + u_dot * (t - t_star), ys[1:]
+
+
+def replay_loss(p, args, grid, t_star):
+    y0 = launch(p[0], p[1])
+    t, y, ys = replay_event(projectile, ja.Dopri5(), y0, args, grid, ground, t_star, TS[:3])
+    return t + 0.3 * y[0] + jnp.sum(jnp.cos(jnp.arange(3.0)) * ys[:, 1])
+
+
+@pytest.fixture(scope="module")
+def reference():
+    grads, (ys, sol) = loss_grad(P, ARGS, ja.DiscreteAdjoint())
+    grid = helpers.accepted_grid(sol)
+    t_star = sol.events.times[0]
+    want = jax.jit(jax.grad(lambda p, a: replay_loss(p, a, grid, t_star), argnums=(0, 1)))(
+        P, ARGS)
+    return sol, ys, grads, want
+
+
+@pytest.mark.parametrize("sensitivity", [
+    None, ja.DiscreteAdjoint(ja.Recursive(4)), ja.DiscreteForward(),
+], ids=["states", "recursive", "forward"])
+def test_terminal_gradient_matches_replay(reference, sensitivity):
+    sol, _, grads, (want_p, want_args) = reference
+    assert sol.result == ja.RESULTS.successful and int(sol.events.count) == 1
+    if sensitivity is not None:
+        grads, _ = loss_grad(P, ARGS, sensitivity)
+    got_p, got_args = grads
+    assert helpers.max_rel_diff(got_p, want_p) < 1e-11
+    for key in ("g", "drag", "ground"):  # the condition's parameter included
+        assert abs(float(got_args[key] - want_args[key])) <= 1e-11 * abs(float(want_args[key]))
+
+
+def test_terminal_event_state_and_saves(reference):
+    sol, ys, _, _ = reference
+    t = sol.events.times[0]
+    assert abs(float(sol.events.ys[0, 1] - ARGS["ground"])) < 1e-12  # on the ground
+    assert int(sol.events.which[0]) == 0
+    # Saves after the event are NaN; saveat=None reports the event time and state.
+    assert np.all(np.isnan(ys[3])) and np.all(np.isfinite(ys[:3]))
+    end = ja.solve(projectile, launch(P[0], P[1]), 0.0, 10.0, ARGS, events=LAND,
+                   rtol=1e-8, atol=1e-8, max_steps=256)
+    assert float(end.ts[0]) == float(t)
+    np.testing.assert_array_equal(end.ys[0], sol.events.ys[0])
+
+
+# --- closed forms --------------------------------------------------------------------------
+
+
+def free_flight(t, y, args):
+    return jnp.stack([y[2], y[3], jnp.zeros_like(args), -args])
+
+
+def drag_free(p):
+    """(landing time, range) of a drag-free projectile, p = (speed, angle, gravity)."""
+    sol = ja.solve(free_flight, launch(p[0], p[1]), 0.0, 10.0, p[2],
+                   events=ja.Event(lambda t, y, args: y[1], direction="falling"),
+                   rtol=1e-6, atol=1e-6)
+    out = jnp.stack([sol.ts[0], sol.ys[0, 0]])
+    return out, out
+
+
+def test_projectile_closed_form():
+    p = jnp.array([10.0, 0.7, 9.81])
+
+    def closed(p):
+        v, a, g = p
+        t = 2 * v * jnp.sin(a) / g
+        return jnp.stack([t, v * jnp.cos(a) * t])
+
+    jac, value = jax.jit(jax.jacrev(drag_free, has_aux=True))(p)
+    np.testing.assert_allclose(value, closed(p), rtol=1e-12)
+    np.testing.assert_allclose(jac, jax.jacfwd(closed)(p), rtol=1e-11)
+
+
+GRAVITY = 9.81
+BALL_TS = jnp.array([0.5, 1.0, 2.0, 3.0])
+
+
+def ball(t, y, args):
+    return jnp.stack([y[1], -GRAVITY * jnp.ones_like(y[0])])
+
+
+def rebound(t, y, restitution):
+    return jnp.stack([y[0], -restitution * y[1]])
+
+
+BOUNCE = ja.Event(lambda t, y, args: y[0], direction="falling", jump=rebound)
+
+
+def bouncing(p, sensitivity=ja.DiscreteAdjoint(), max_events=8):
+    """Heights at BALL_TS for p = (restitution, initial height), and the solution."""
+    sol = ja.solve(ball, jnp.stack([p[1], jnp.zeros_like(p[1])]), 0.0, 3.0, p[0],
+                   events=BOUNCE, saveat=BALL_TS, rtol=1e-8, atol=1e-8,
+                   max_events=max_events, sensitivity=sensitivity, max_steps=64, throw=False)
+    return sol.ys[:, 0], (sol.ys[:, 0], sol)
+
+
+# d heights / d p with (heights, sol): compiled once, shared by the tests below.
+ball_jacobian = jax.jit(jax.jacrev(bouncing, has_aux=True))
+
+
+def ball_closed_form(p, bounces):
+    """Height at BALL_TS after the given number of bounces before each (closed form)."""
+    e, h0 = p
+    t_first = jnp.sqrt(2 * h0 / GRAVITY)
+    out = []
+    for t, k in zip(np.asarray(BALL_TS), bounces):
+        if k == 0:
+            out.append(h0 - 0.5 * GRAVITY * t ** 2)
+            continue
+        u = e * GRAVITY * t_first  # speed after the first bounce
+        start = t_first
+        for _ in range(k - 1):
+            start, u = start + 2 * u / GRAVITY, e * u
+        dt = t - start
+        out.append(u * dt - 0.5 * GRAVITY * dt ** 2)
+    return jnp.stack(out)
+
+
+def test_bouncing_ball_closed_form():
+    p = jnp.array([0.8, 2.0])
+    jac, (heights, sol) = ball_jacobian(p)
+    assert sol.result == ja.RESULTS.successful
+    times = np.asarray(sol.events.times)
+    assert int(sol.events.count) == 3 and np.all(np.isnan(times[3:]))
+    bounces = [int(np.sum(times[:3] <= t)) for t in np.asarray(BALL_TS)]
+    assert bounces == [0, 1, 2, 3]
+    np.testing.assert_allclose(heights, ball_closed_form(p, bounces), rtol=1e-10, atol=1e-12)
+    want = jax.jacfwd(ball_closed_form)(p, bounces)
+    np.testing.assert_allclose(jac, want, rtol=1e-9)
+    forward, _ = jax.jit(jax.jacfwd(bouncing, has_aux=True), static_argnums=1)(
+        p, ja.DiscreteForward())
+    np.testing.assert_allclose(forward, want, rtol=1e-9)
+
+
+def test_jump_gradient_matches_segment_replay():
+    """Reverse mode through the segments equals a replay of each segment on its grid,
+    joined by the jump and by `solve`'s start-time rule (``y0 -> y0 - f dt0``)."""
+    p = jnp.array([0.8, 2.0])
+    got, (heights, sol) = ball_jacobian(p)
+    steps = np.asarray(sol.steps)  # one row per segment
+    grids = [steps[k][np.isfinite(steps[k])] for k in range(int(sol.events.count) + 1)]
+    times = sol.events.times
+
+    def replay(p):
+        y = jnp.stack([p[1], jnp.zeros_like(p[1])])
+        t0 = jnp.zeros(())
+        heights = jnp.zeros(BALL_TS.shape)
+        for k, grid in enumerate(grids):
+            # The start-time rule of `solve` (continuous): dy0 = -f(t0, y0) dt0.
+            dt0 = t0 - jax.lax.stop_gradient(t0)
+            y_start = y - dt0 * ball(t0, y, p[0])
+            last = k == len(grids) - 1
+            t_event, y_minus, ys = replay_event(ball, ja.Dopri5(), y_start, p[0], grid,
+                                                lambda t, y, a: y[0],
+                                                3.0 if last else times[k], BALL_TS)
+            inside = (BALL_TS >= grid[0]) & (BALL_TS <= (3.0 if last else times[k]))
+            heights = jnp.where(inside, ys[:, 0], heights)
+            t0, y = t_event, rebound(t_event, y_minus, p[0])
+        return heights
+
+    want, value = jax.jit(jax.jacrev(lambda p: (replay(p), replay(p)), has_aux=True))(p)
+    np.testing.assert_allclose(value, heights, rtol=1e-12, atol=1e-14)
+    assert helpers.max_rel_diff(got, want) < 1e-11
+
+
+def dosing(t, y, args):
+    return -args["k"] * y
+
+
+def dose(t, y, args):
+    return y + args["dose"]
+
+
+LOW = ja.Event(lambda t, y, args: y[0] - args["threshold"], direction="falling", jump=dose)
+
+
+def concentration(theta):
+    sol = ja.solve(dosing, jnp.array([4.0]), 0.0, 5.0, theta, events=LOW,
+                   saveat=jnp.array([5.0]), rtol=1e-11, atol=1e-11, max_events=4)
+    return sol.ys[0, 0], sol
+
+
+def test_threshold_dosing_closed_form():
+    theta = {"k": jnp.array(0.9), "threshold": jnp.array(1.0), "dose": jnp.array(1.5)}
+
+    def closed(theta):
+        k, c, d = theta["k"], theta["threshold"], theta["dose"]
+        t_dose = jnp.log(4.0 / c) / k
+        period = jnp.log((c + d) / c) / k
+        last = t_dose + 3 * period  # doses at t_dose + j period, j = 0..3 (before t = 5)
+        return (c + d) * jnp.exp(-k * (5.0 - last))
+
+    (value, sol), got = jax.jit(jax.value_and_grad(concentration, has_aux=True))(theta)
+    assert int(sol.events.count) == 4 and sol.result == ja.RESULTS.successful
+    np.testing.assert_allclose(value, closed(theta), rtol=1e-9)
+    want = jax.grad(closed)(theta)
+    for key in theta:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-7)
+
+
+# --- vmap, several conditions ---------------------------------------------------------------
+
+
+def test_vmap_lanes_have_their_own_events():
+    ps = jnp.array([[0.7, 2.0], [0.8, 2.0], [0.9, 1.5]])
+    grads, (heights, sols) = jax.jit(jax.vmap(ball_jacobian))(ps)
+    for i in range(3):
+        jac, (one, sol) = ball_jacobian(ps[i])
+        np.testing.assert_allclose(heights[i], one, rtol=1e-13)
+        assert int(sols.events.count[i]) == int(sol.events.count)
+        np.testing.assert_allclose(sols.events.times[i], sol.events.times, rtol=1e-13)
+        np.testing.assert_allclose(grads[i], jac, rtol=1e-12)
+    assert len({int(c) for c in sols.events.count}) > 1
+
+
+def drift(t, y, args):
+    return jnp.ones_like(y)
+
+
+def test_two_crossings_in_one_step_in_time_order():
+    """y = t crosses 0.5 and 0.3 in the same (first, very long) step: 0.3 fires."""
+    events = [ja.Event(lambda t, y, args: y[0] - 0.5, direction="rising"),
+              ja.Event(lambda t, y, args: y[0] - 0.3)]
+    # A falling-only condition crossed (rising) first does not count.
+    events.append(ja.Event(lambda t, y, args: y[0] - 0.2, direction="falling"))
+    sol = ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=events, solver=ja.RK4(),
+                   dt0=1.0)
+    assert int(sol.events.which[0]) == 1 and int(sol.events.count) == 1
+    np.testing.assert_allclose(sol.ts[0], 0.3, rtol=1e-14)
+
+
+def test_jumps_and_a_terminal_event_together():
+    """y = t, dropped by d whenever it rises through a, stopped at t = 0.9: with a = 0.5 and
+    d = 0.25 it jumps at t = a and t = a + d, and ends at y = 0.9 - 2 d."""
+
+    def run(theta):
+        a, d = theta
+        events = [ja.Event(lambda t, y, th: y[0] - th[0], direction="rising",
+                           jump=lambda t, y, th: y - th[1]),
+                  ja.Event(lambda t, y, th: t - 0.9)]
+        sol = ja.solve(drift, jnp.array([0.0]), 0.0, 2.0, theta, events=events,
+                       solver=ja.RK4(), dt0=0.1, max_events=4)
+        out = jnp.stack([sol.ys[0, 0], sol.events.times[1]])
+        return out, sol
+
+    theta = jnp.array([0.5, 0.25])
+    jac, sol = jax.jit(jax.jacrev(run, has_aux=True))(theta)
+    assert int(sol.events.count) == 3 and list(np.asarray(sol.events.which[:4])) == [0, 0, 1, -1]
+    np.testing.assert_allclose(sol.events.times[:3], [0.5, 0.75, 0.9], rtol=1e-14)
+    np.testing.assert_allclose(sol.ts[0], 0.9, rtol=1e-14)
+    np.testing.assert_allclose(sol.ys[0, 0], 0.4, rtol=1e-13)
+    # d(y_end)/d(a, d) = (0, -2); d(second jump time)/d(a, d) = (1, 1).
+    np.testing.assert_allclose(jac, [[0.0, -2.0], [1.0, 1.0]], atol=1e-13)
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+def test_condition_of_wrong_shape_is_rejected():
+    with pytest.raises(ValueError, match=r"events\[0\]\.cond.*scalar"):
+        ja.solve(drift, jnp.array([0.0, 1.0]), 0.0, 1.0, events=ja.Event(lambda t, y, a: y))
+
+
+def test_nonfinite_condition_fails_clearly():
+    event = ja.Event(lambda t, y, a: jnp.log(0.5 - y[0]))  # NaN past y = 0.5
+    with pytest.raises(Exception, match="event condition returned NaN"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=event)
+
+
+def test_zeno_ball_fails_clearly():
+    """Restitution 0.5 from 2 m: infinitely many bounces before t = 1.92 (Zeno)."""
+    _, (_, sol) = jax.jit(bouncing)(jnp.array([0.5, 2.0]))
+    assert sol.result in (ja.RESULTS.max_events_reached, ja.RESULTS.event_chattering)
+
+
+def test_jump_changing_the_shape_is_rejected():
+    event = ja.Event(lambda t, y, a: y[0] - 0.5, jump=lambda t, y, a: jnp.concatenate([y, y]))
+    with pytest.raises(ValueError, match=r"events\[0\]\.jump` must return a state like `y0`"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=event)
+
+
+@pytest.mark.parametrize("sensitivity", [ja.ForwardSensitivity(), ja.ContinuousAdjoint(),
+                                         ja.FiniteDifferences()])
+def test_unsupported_sensitivities_raise(sensitivity):
+    with pytest.raises(ValueError, match="`events` are not supported"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=LAND, sensitivity=sensitivity)
+
+
+def test_bad_event_arguments():
+    with pytest.raises(ValueError, match="direction"):
+        ja.Event(ground, direction="up")
+    with pytest.raises(TypeError, match="events"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=ground)
+    with pytest.raises(ValueError, match="integrand"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=LAND,
+                 integrand=lambda t, y, a: y)
