@@ -25,6 +25,8 @@ from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._solution import Solution as Solution
 from .solvers._base import AbstractSolver as AbstractSolver
+from .solvers._esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno5 as Kvaerno5
+from .solvers._esdirk_tableaus import ESDIRKTableau as ESDIRKTableau
 from .solvers._explicit import (
     RK4 as RK4,
     AbstractERK as AbstractERK,
