@@ -18,6 +18,7 @@ from ._controllers import (
     StepTo as StepTo,
 )
 from ._integrate import solve as solve
+from ._predictive import PredictiveController as PredictiveController
 from ._recursive import Recursive as Recursive
 from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS

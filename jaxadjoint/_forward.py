@@ -257,7 +257,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         accept, h_next, cstate = controller.adapt(
             y, step.y_new, step.y_error, c["k0"], h_used, c["cstate"], solver, tol
         )
-        # An implicit step whose stage equations were not solved is rejected and halved.
+        # An implicit step whose stage equations were not solved is rejected (and at least
+        # halved, whatever the controller made of its error estimate).
         converged = jnp.array(True) if step.converged is None else step.converged
         accept = accept & finite & converged & active
         h_next = jnp.where(finite, h_next, 0.2 * h_used)

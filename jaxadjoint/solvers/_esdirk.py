@@ -7,8 +7,9 @@ LU factorisation of ``M_0 = I - gamma h J`` per step; then for ``i = 2 .. s``::
 
 each stage solved by simplified Newton with ``M_0`` (`_newton`), and
 ``y_{n+1} = y_n + h sum_i b_i k_i`` (``= Z_s`` for a stiffly accurate method).  A stage
-that does not converge rejects the step (the forward loop halves ``h``); with shrinking
-steps that cannot make it converge the solve fails with `RESULTS.newton_failed`.
+that does not converge rejects the step (its error estimate is infinite, so the step
+shrinks fivefold and may not grow right after); when shrinking steps cannot make it
+converge the solve fails with `RESULTS.newton_failed`.
 The error estimate is ``h sum_i (b_i - bhat_i) k_i``; with ``filter_error=True`` it is
 filtered as in Hairer & Wanner's stiff codes, ``err <- M_0^{-1} err`` (the step's LU):
 that keeps the error of the stiff components of the embedded method (whose stability
@@ -110,6 +111,9 @@ def esdirk_step(
     y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
     if solver.filter_error:
         y_error = jsl.lu_solve(lu, y_error)
+    # A step whose stages did not converge has no error estimate: an infinite one makes
+    # every controller reject it and remember the rejection (no growth right after).
+    y_error = jnp.where(converged, y_error, jnp.inf)
     return StepOutput(y_new, y_error, stages, ks, converged)
 
 
