@@ -19,6 +19,7 @@ from ._controllers import (
 )
 from ._events import Event as Event
 from ._integrate import solve as solve
+from ._predictive import PredictiveController as PredictiveController
 from ._recursive import Recursive as Recursive
 from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS
@@ -26,6 +27,8 @@ from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._solution import EventLog as EventLog, Solution as Solution
 from .solvers._base import AbstractSolver as AbstractSolver
+from .solvers._esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno5 as Kvaerno5
+from .solvers._esdirk_tableaus import ESDIRKTableau as ESDIRKTableau
 from .solvers._explicit import (
     RK4 as RK4,
     AbstractERK as AbstractERK,

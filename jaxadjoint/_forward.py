@@ -318,8 +318,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         accept, h_next, cstate = controller.adapt(
             y, step.y_new, step.y_error, c["k0"], h_used, c["cstate"], solver, tol
         )
-        accept = accept & finite & active
+        # An implicit step whose stage equations were not solved is rejected (and at least
+        # halved, whatever the controller made of its error estimate).
+        converged = jnp.array(True) if step.converged is None else step.converged
+        accept = accept & finite & converged & active
         h_next = jnp.where(finite, h_next, 0.2 * h_used)
+        h_next = jnp.where(converged | ~finite, h_next, 0.5 * h_used)
         if system.land_on_ts:
             # A step shortened to land on a save time says little about the next one.
             h_next = jnp.where(accept & lands, jnp.maximum(h_next, h), h_next)
@@ -334,6 +338,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             too_small = ~accept & (h_next <= 16 * eps * scale)
             result = RESULTS.where(too_small, RESULTS.nonfinite, result)
             result = RESULTS.where(too_small & finite, RESULTS.step_size_too_small, result)
+            result = RESULTS.where(too_small & ~converged, RESULTS.newton_failed, result)
         else:
             result = RESULTS.where(~finite, RESULTS.nonfinite, result)
 

@@ -57,12 +57,23 @@ def _default_controller(
     return controller
 
 
+def _has_dense_output(solver: AbstractSolver) -> bool:
+    """Whether a stiff solver has a continuous extension (Rosenbrock tableaus with one,
+    and every implicit method: cubic Hermite)."""
+    from .solvers._esdirk import AbstractESDIRK
+
+    if isinstance(solver, AbstractESDIRK):
+        return True
+    return getattr(solver, "tableau", None) is not None and solver.tableau.dense is not None
+
+
 def _check_family(
     solver: AbstractSolver, saveat: SaveAt, sensitivity: AbstractSensitivity, integrand: Any
 ) -> None:
-    """What a stiff (Rosenbrock) solver does not support yet: a clear error, not a wrong answer.
+    """What a stiff solver does not support yet: a clear error, not a wrong answer.
 
-    Explicit methods support everything.  Rosenbrock methods interpolate saves on their
+    Explicit methods support everything.  Rosenbrock and implicit (ESDIRK) methods
+    interpolate saves on their
     continuous extension (a method without one needs saves on the grid), have no
     quadrature of an integrand, and have been validated with
     `DiscreteAdjoint` (every checkpoint strategy), `DiscreteForward` and
@@ -77,7 +88,7 @@ def _check_family(
     if integrand is not None:
         raise ValueError(f"`integrand` is not supported with {name} yet: use an explicit "
                          "solver, or add the integral as an extra state component")
-    if getattr(solver, "tableau", None) is None or solver.tableau.dense is None:
+    if not _has_dense_output(solver):
         if saveat.dense:
             raise ValueError(f"`SaveAt(dense=True)` is not supported with {name} (no dense "
                              "output): pass the times you need as "
@@ -147,7 +158,7 @@ def solve(
         t0, t1: the interval; ``t1 < t0`` integrates backwards in time.
         args: a pytree passed to ``rhs`` and ``integrand``.
         solver: the method: explicit (`Dopri5`, `Tsit5`, `CashKarp`, ...) or, for stiff
-            problems, Rosenbrock (`Rodas5`, `Rodas4`, `Rodas3`).
+            problems, Rosenbrock (`Rodas5`, `Rodas4`, `Rodas3`) or implicit (`Kvaerno5`).
         rtol, atol: local error tolerances of adaptive controllers.
         dt0: first step; chosen automatically when ``None`` (adaptive controllers), the
             constant step for fixed-step solvers without a ``controller``.
@@ -293,7 +304,7 @@ def _solve(
         aux_params=aux,
         unravel_y=unravel_y,
         unravel_integral=unravel_integral,
-        solver=solver,
+        solver=solver.with_tolerances(rtol, atol),
         controller=controller,
         tol=Tolerances(rtol, atol),
         dt0=dt0,

@@ -26,6 +26,12 @@ class RESULTS(eqx.Enumeration):
         "stiff or singular near the current time; loosen `rtol`/`atol` or use a "
         "shorter interval."
     )
+    newton_failed = (
+        "Newton's method did not converge on the stages of the implicit solver, even "
+        "with the step size shrunk to the resolution of the time variable. Check `rhs` "
+        "for NaN/Inf or non-smooth terms and the Jacobian `d rhs / dy` for "
+        "singularities; or increase `max_newton_iterations` / use a Rosenbrock solver."
+    )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
         "(non-decreasing for t1 > t0); the solve did not start."

@@ -48,6 +48,9 @@ class StepOutput(NamedTuple):
     # k_m = f(t_m, Y_m) (stage slopes; for a Rosenbrock step, the slopes U_m / h of its
     # dense output after ks[0]); ks[0] is f(t_n, y_n)
     ks: list[Array]
+    # Whether the step's nonlinear stage equations were solved (implicit methods; None for
+    # explicit and linearly implicit ones): a step that did not converge is rejected.
+    converged: Array | None = None
 
 
 class AbstractSolver(eqx.Module):
@@ -91,6 +94,15 @@ class AbstractSolver(eqx.Module):
         """
         del step, k_next, h
         return None
+
+    def with_tolerances(self, rtol: Array, atol: Array) -> AbstractSolver:
+        """The solver as a solve with these tolerances uses it (`solve` calls this).
+
+        Families whose step depends on the tolerances (the Newton test of implicit
+        methods) keep them; the others return themselves.
+        """
+        del rtol, atol
+        return self
 
     @abc.abstractmethod
     def step(

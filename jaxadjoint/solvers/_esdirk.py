@@ -1,0 +1,309 @@
+"""ESDIRK (Newton-iterated, singly diagonally implicit) solvers: the step and its adjoint.
+
+**Step** (tableau in `_esdirk_tableaus`).  ``J = df/dy(t_n, y_n)`` from `jax.jacfwd` and one
+LU factorisation of ``M_0 = I - gamma h J`` per step; then for ``i = 2 .. s``::
+
+    base_i = y_n + h sum_{j<i} a_ij k_j,     k_i = f(t_n + c_i h, base_i + gamma h k_i)
+
+each stage solved by simplified Newton with ``M_0`` (`_newton`), and
+``y_{n+1} = y_n + h sum_i b_i k_i`` (``= Z_s`` for a stiffly accurate method).  A stage
+that does not converge rejects the step (its error estimate is infinite, so the step
+shrinks fivefold and may not grow right after); when shrinking steps cannot make it
+converge the solve fails with `RESULTS.newton_failed`.
+The error estimate is ``h sum_i (b_i - bhat_i) k_i``; with ``filter_error=True`` it is
+filtered as in Hairer & Wanner's stiff codes, ``err <- M_0^{-1} err`` (the step's LU):
+that keeps the error of the stiff components of the embedded method (whose stability
+function is not small at infinity) from forcing needless step rejections.
+
+**Adjoint of the step** (derived by hand; ``h``, ``t_n`` recorded constants).  Each stage
+slope is the root of ``k_i = f(t_i, base_i + gamma h k_i, p)``, differentiated by the
+implicit function theorem: with ``M_i = I - gamma h J(Z_i)`` (the exact Jacobian at the
+converged stage ``Z_i = base_i + gamma h k_i``), ``dk_i = M_i^{-1} (J(Z_i) dbase_i +
+f_p(Z_i) dp)``.  Its transpose gives, given ``lam = dL/dy_{n+1}``, for ``i = s .. 1``::
+
+    kbar_i = h (b_i lam + sum_{q>i} a_qi basebar_q)      (+ the saves' kbar_i)
+    u_i = M_i^{-T} kbar_i                       (u_1 = kbar_1: the explicit first stage)
+    (basebar_i, pbar_i) = (df/d(y, p))(t_i, Z_i)^T u_i
+    lam_n = lam + sum_i basebar_i,     pbar += sum_i pbar_i
+
+one Jacobian, one LU, one transposed solve and one vector-Jacobian product per implicit
+stage.  The stages are recomputed from ``y_n`` by the forward step itself (same Newton
+iteration, same values).  **How exact:** this is the derivative of the method with its
+stage equations solved exactly, evaluated at the computed stages; the computed stages
+solve them to the Newton tolerance (``kappa`` times the local error tolerance), so the
+gradient is exact up to that tolerance, not to round-off as for explicit and Rosenbrock
+methods.  A tighter ``kappa`` brings it closer (tests/test_esdirk.py).
+
+**Dense output** (`HermiteWeights`): cubic Hermite interpolation between ``(y_n, k_1)`` and
+``(y_{n+1}, k_s)`` (``k_s = f(t_{n+1}, y_{n+1})`` at the root, for a stiffly accurate
+method), written as ``y_n + h sum_i w_i(theta) k_i`` with ``y_{n+1} - y_n = h sum b_i k_i``:
+
+    w_i(theta) = b_i theta^2 (3 - 2 theta) + [i = 1] theta (1 - theta)^2
+                 - [i = s] theta^2 (1 - theta)
+
+so saves reach the stage slopes like those of any Runge–Kutta step.  Third order
+(local error ``O(h^4)``), like diffrax's for Kvaerno5; saves do not change the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax import Array
+
+from . import _esdirk_tableaus as etab
+from ._base import AbstractSolver, FlatField, StepOutput, continuous_extension
+from ._esdirk_tableaus import ESDIRKTableau
+from ._explicit import linear_combination
+from ._newton import implicit_slope
+from ._rosenbrock import _solve_transposed, _stage_time, node_plan
+
+
+def _guess(coeffs: np.ndarray, ks: list[Array]) -> Array:
+    """``sum_j coeffs[j] ks[j]``, skipping zero coefficients."""
+    acc = None
+    for coeff, k in zip(coeffs, ks):
+        if coeff != 0:
+            term = float(coeff) * k
+            acc = term if acc is None else acc + term
+    return ks[-1] if acc is None else acc
+
+
+def esdirk_step(
+    solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
+    t_next: Array,
+) -> StepOutput:
+    """One ESDIRK step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
+    tableau = solver.tableau
+    if solver.tolerances is None:
+        raise ValueError(f"{type(solver).__name__}: the step needs the solve's tolerances "
+                         "(`solve` binds them with `with_tolerances`)")
+    rtol, atol = solver.tolerances
+    dtype = y.dtype
+    jac = jax.jacfwd(lambda x: f(t, x))(y)
+    hg = tableau.gamma * h
+    lu = jsl.lu_factor(jnp.eye(y.shape[0], dtype=dtype) - hg * jac)
+    scale = atol + rtol * jnp.abs(y)
+    eps = jnp.finfo(dtype).eps
+    kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
+    ks, stages = [k1], [y]
+    converged = jnp.array(True)
+    for i in range(1, tableau.num_stages):
+        base = linear_combination(y, h, tableau.a[i, :i], ks)
+        t_i = _stage_time(t, h, t_next, tableau.c[i])
+        fn = eqx.filter_closure_convert(lambda z, t_i=t_i: f(t_i, z), base)
+        # The root depends on (base, the parameters in fn) only: the guess, the step's
+        # LU and the tolerances are constants of its derivative.
+        guess, newton = jax.lax.stop_gradient(
+            (_guess(tableau.predictor[i, :i], ks), dict(hg=hg, lu=lu, scale=scale,
+                                                        kappa=kappa)))
+        k, ok = implicit_slope(fn, base, guess=guess, **newton,
+                               max_iterations=solver.max_newton_iterations)
+        ks.append(k)
+        stages.append(base + hg * k)
+        converged = converged & ok
+    y_new = linear_combination(y, h, tableau.b, ks)
+    y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
+    if solver.filter_error:
+        y_error = jsl.lu_solve(lu, y_error)
+    # A step whose stages did not converge has no error estimate: an infinite one makes
+    # every controller reject it and remember the rejection (no growth right after).
+    y_error = jnp.where(converged, y_error, jnp.inf)
+    return StepOutput(y_new, y_error, stages, ks, converged)
+
+
+def esdirk_reverse_step(
+    solver: AbstractESDIRK, system: Any, tau: Array, t_next: Array, y: Array, lam: Array,
+    params: Any, direction: Array, pbar: Any, kbar_saves: Array | None,
+) -> tuple[Array, Any]:
+    """Adjoint of one ESDIRK step (module docstring): ``(lam_n, pbar + dL/dparams)``.
+
+    ``kbar_saves`` ``(..., L, N)``: cotangents of the interpolation slopes (the stages of
+    `HermiteWeights.stages`) from saves inside the step.
+    """
+    tableau = solver.tableau
+    s, h = tableau.num_stages, t_next - tau
+    hg = tableau.gamma * h
+
+    def field(t, x, p):
+        return system.field(t, x, p, direction)
+
+    def f(t, x):
+        return field(t, x, params)
+
+    step = esdirk_step(solver, f, tau, y, h, f(tau, y), t_next)
+    interpolated = HermiteWeights.stages(tableau)
+    basebars: list[Array | None] = [None] * s
+    lam_n = lam
+    for i in reversed(range(s)):
+        coeffs = [tableau.b[i]] + [tableau.a[q, i] for q in range(i + 1, s)]
+        vectors = [lam] + basebars[i + 1:]
+        terms = [float(c) * v for c, v in zip(coeffs, vectors) if c != 0 and v is not None]
+        kbar = h * sum(terms[1:], terms[0]) if terms else None
+        if kbar_saves is not None and i in interpolated:
+            save_bar = kbar_saves[..., interpolated.index(i), :]
+            kbar = save_bar if kbar is None else kbar + save_bar
+        if kbar is None:
+            continue
+        t_i = tau if i == 0 else _stage_time(tau, h, t_next, tableau.c[i])
+        stage = step.stages[i]
+        if i > 0:
+            jac = jax.jacfwd(lambda x, t_i=t_i: f(t_i, x))(stage)
+            lu = jsl.lu_factor(jnp.eye(y.shape[0], dtype=y.dtype) - hg * jac)
+            kbar = _solve_transposed(lu, kbar)
+        _, vjp = jax.vjp(lambda x, p, t_i=t_i: field(t_i, x, p), stage, params)
+        basebars[i], p_bar = vjp(kbar)
+        pbar = jax.tree.map(jnp.add, pbar, p_bar)
+        lam_n = lam_n + basebars[i]
+    return lam_n, pbar
+
+
+class HermiteWeights:
+    """Cubic Hermite dense output of an ESDIRK step in stage form (module docstring).
+
+    Static data, equal (and hashed) by the identity of the tableau, a module constant.
+    The rows hold the slopes of `stages` (those with a nonzero weight).
+    """
+
+    def __init__(self, tableau: ESDIRKTableau):
+        self.tableau = tableau
+
+    @staticmethod
+    def stages(tableau: ESDIRKTableau) -> tuple[int, ...]:
+        """The stages with a nonzero weight: ``b_i != 0``, the first and the last."""
+        s = tableau.num_stages
+        return tuple(i for i in range(s) if tableau.b[i] != 0 or i in (0, s - 1))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HermiteWeights) and other.tableau is self.tableau
+
+    def __hash__(self) -> int:
+        return hash(id(self.tableau))
+
+    def _weights(self, theta: Array) -> list[Array]:
+        tableau, s = self.tableau, self.tableau.num_stages
+        one_minus = 1 - theta
+        growth = theta * theta * (3 - 2 * theta)
+        out = []
+        for i in self.stages(tableau):
+            w = float(tableau.b[i]) * growth
+            if i == 0:
+                w = w + theta * one_minus * one_minus
+            if i == s - 1:
+                w = w - theta * theta * one_minus
+            out.append(w)
+        return out
+
+    def __call__(self, theta: Array) -> Array:
+        """``(..., L)`` weights at ``theta``."""
+        return jnp.stack(self._weights(theta), axis=-1)
+
+    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
+        """``y + h sum_l w_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``."""
+        return continuous_extension(y, h, self._weights(theta), k)
+
+    def initial_slope(self) -> float:
+        """``w_1'(0) = 1``: the final state's row holds ``f(t_T, y_T)`` as it is."""
+        return 1.0
+
+
+def dense_plan(tableau: ESDIRKTableau) -> Any:
+    """The `_dense.StagePlan` of interpolated saves: the slopes of `HermiteWeights.stages`
+    (all computed by the step), ``y_n`` kept."""
+    from .._dense import StagePlan  # _dense builds on the explicit family
+
+    s = tableau.num_stages
+    return StagePlan(
+        a=np.zeros((s, s)), b=np.zeros(s), c=np.zeros(s), num_main=s, live=(0,),
+        interpolation_stages=HermiteWeights.stages(tableau),
+        weights=HermiteWeights(tableau), end_stages=(),
+    )
+
+
+class AbstractESDIRK(AbstractSolver):
+    """An ESDIRK method: singly diagonally implicit Runge–Kutta, explicit first stage.
+
+    For stiff problems.  Each implicit stage is solved by simplified Newton with one LU of
+    ``I - gamma h J`` per step (``J`` from `jax.jacfwd` at the step start); a stage that
+    does not converge rejects the step.  Gradients differentiate the converged stage
+    equations (implicit function theorem; exact up to the Newton tolerance, module
+    docstring).  Saves are evaluated on a cubic Hermite interpolant without changing the
+    steps; `StoreStages` keeps ``y_n`` only (the stages need the factorisation anyway).
+
+    Arguments:
+        kappa: Newton tolerance as a fraction of the local error tolerance (default
+            ``1e-2``, Hairer's choice); smaller makes gradients closer to exact, at the
+            price of more iterations.
+        max_newton_iterations: iterations per stage before the step is rejected.
+        filter_error: filter the error estimate with the step's LU (Hairer & Wanner's
+            ``(I - gamma h J)^{-1} err``).
+    """
+
+    tableau: ClassVar[ESDIRKTableau]
+    kappa: float = 1e-2
+    max_newton_iterations: int = eqx.field(static=True, default=10)
+    filter_error: bool = eqx.field(static=True, default=False)
+    # (rtol, atol) of the solve, for the Newton test; set by `solve` (`with_tolerances`).
+    tolerances: tuple[Array, Array] | None = None
+
+    def __check_init__(self) -> None:
+        if not (isinstance(self.max_newton_iterations, int)
+                and self.max_newton_iterations >= 1):
+            raise ValueError("`max_newton_iterations` must be a positive integer, got "
+                             f"{self.max_newton_iterations!r}")
+        if isinstance(self.kappa, (int, float)) and not 0 < self.kappa < 1:
+            raise ValueError(f"`kappa` must be in (0, 1), got {self.kappa!r}")
+
+    def with_tolerances(self, rtol: Array, atol: Array) -> AbstractESDIRK:
+        return eqx.tree_at(lambda s: s.tolerances, self, (rtol, atol),
+                           is_leaf=lambda x: x is None)
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int:
+        return self.tableau.error_order
+
+    @property
+    def fsal(self) -> bool:
+        return False
+
+    @property
+    def rhs_evals_per_step(self) -> int:
+        # Newton iterations vary; count one evaluation per implicit stage (a lower bound).
+        return self.tableau.num_stages - 1
+
+    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
+        return esdirk_step(self, f, t, y, h, k1, t_next)
+
+    def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
+                     kbar_saves) -> tuple[Array, Any]:
+        del mu  # no integrand with implicit methods (`solve` rejects it)
+        y = stages[0] if y is None else y
+        return esdirk_reverse_step(
+            self, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves
+        )
+
+    def stage_plan(self, interpolating: bool) -> Any:
+        return dense_plan(self.tableau) if interpolating else node_plan()
+
+
+class Kvaerno5(AbstractESDIRK):
+    """Kvaerno5 (Kvaernø 2004): ESDIRK 5(4), 7 stages, L-stable, stiffly accurate.
+
+    A Newton-iterated alternative to `Rodas5` for stiff problems at tight tolerances;
+    the same method as diffrax's ``Kvaerno5``.
+    """
+
+    tableau: ClassVar[ESDIRKTableau] = etab.KVAERNO5

@@ -1,0 +1,124 @@
+"""One implicit stage: ``k = f(base + gamma h k)``, solved by simplified Newton.
+
+**Forward.**  With the step's factorisation of ``M_0 = I - gamma h J(t_n, y_n)`` (one LU per
+step, shared by every stage), iterate from a starting guess ``k^0``::
+
+    Delta^m = M_0^{-1} (f(base + gamma h k^m) - k^m),      k^{m+1} = k^m + Delta^m
+
+and measure the change of the stage value ``Z = base + gamma h k`` in the error norm of
+the step, ``d_m = ||gamma h Delta^m / (atol + rtol |y_n|)||_rms``.  As in Hairer & Wanner's
+codes (Solving ODEs II, IV.8), the contraction rate ``theta_m = d_m / d_{m-1}`` predicts
+the distance to the root, ``eta_m d_m`` with ``eta_m = theta_m / (1 - theta_m)``; the
+stage has converged when ``eta_m d_m <= kappa`` (``eta_0 = 1``: a first iteration counts
+only if its correction is itself that small).  ``kappa = 1e-2`` asks the Newton error to be
+a hundredth of the local error tolerance; it is floored at ``10 eps / rtol`` (round-off).
+The iteration fails, and the step is rejected, when ``theta >= 1`` (divergence), when a
+value is not finite, or after ``max_iterations``.
+
+The stage slope returned is the last iterate ``k``, not ``f(Z)``: for stiff components
+``f`` amplifies the Newton error by ``|h lambda|``, the iterate does not.
+
+**Derivative (implicit function theorem).**  At the root ``k = f(t_i, base + gamma h k,
+p)`` the stage is a function of ``(base, p)`` alone (not of the guess, the iteration or
+``M_0``), with
+
+    dk = (I - gamma h J(Z))^{-1} (J(Z) dbase + f_p(Z) dp),       J(Z) = df/dy at the stage
+
+(the exact Jacobian at the converged stage, not ``J(y_n)``).  That is the tangent rule
+attached here (forward mode, `DiscreteForward`); the reverse step of the method uses its
+transpose (`_esdirk`).  It is the derivative of the exact root, so it differs from the
+derivative of the computed iterate by a relative amount of the order of the Newton error:
+exact up to the Newton tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jax import Array
+
+
+def _rms(x: Array) -> Array:
+    return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+def newton_stage(
+    fn: Callable[[Array], Array],
+    base: Array,
+    hg: Array,
+    guess: Array,
+    lu: tuple[Array, Array],
+    scale: Array,
+    kappa: Array,
+    max_iterations: int,
+) -> tuple[Array, Array]:
+    """``(k, converged)``: simplified Newton for ``k = fn(base + hg k)`` (module docstring).
+
+    ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``,
+    ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the (floored) tolerance.
+    """
+
+    def body(state):
+        it, k, _, d_prev, eta, _, _ = state
+        delta = jsl.lu_solve(lu, fn(base + hg * k) - k)
+        k_new = k + delta
+        d = _rms(hg * delta / scale)
+        first = it == 0
+        theta = jnp.where(first, 0.0, d / jnp.where(first, 1.0, d_prev))
+        eta = jnp.where(first, eta, theta / (1 - theta))
+        left = max_iterations - 1 - it
+        finite = jnp.isfinite(d) & jnp.all(jnp.isfinite(k_new))
+        converged = finite & (eta * d <= kappa)
+        # Divergence.  (Hairer's codes also give up when the rate predicts no
+        # convergence within the iterations left; with Kvaerno5's extrapolated starting
+        # guesses that rejected most large steps of Robertson's problem, so it is not used.)
+        hopeless = (~first & (theta >= 1)) | ~finite
+        failed = ~converged & (hopeless | (left == 0))
+        return it + 1, k_new, d, d, eta, converged, failed
+
+    def running(state):
+        _, _, _, _, _, converged, failed = state
+        return ~converged & ~failed
+
+    dtype = base.dtype
+    one = jnp.ones((), dtype)
+    init = (jnp.int32(0), guess, one, one, one, jnp.array(False), jnp.array(False))
+    _, k, _, _, _, converged, _ = jax.lax.while_loop(running, body, init)
+    return k, converged
+
+
+@eqx.filter_custom_jvp
+def implicit_slope(
+    fn: Callable[[Array], Array], base: Array, *, hg: Array, guess: Array,
+    lu: tuple[Array, Array], scale: Array, kappa: Array, max_iterations: int,
+) -> tuple[Array, Array]:
+    """`newton_stage` with the implicit-function-theorem tangent (module docstring).
+
+    ``fn`` must be closure-converted (`equinox.filter_closure_convert`) so that the
+    arrays it closes over (the parameters) are its differentiable leaves.  ``hg``, the
+    guess, ``M_0`` and the tolerances are constants of the root (keyword arguments).
+    """
+    return newton_stage(fn, base, hg, guess, lu, scale, kappa, max_iterations)
+
+
+@implicit_slope.def_jvp
+def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_iterations):
+    fn, base = primals
+    fn_dot, base_dot = tangents
+    k, converged = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu, scale=scale,
+                                  kappa=kappa, max_iterations=max_iterations)
+    z = base + hg * k
+    if base_dot is None:
+        base_dot = jnp.zeros_like(base)
+    if fn_dot is None:
+        rhs = jax.jvp(fn, (z,), (base_dot,))[1]
+    else:
+        rhs = eqx.filter_jvp(lambda g, x: g(x), (fn, z), (fn_dot, base_dot))[1]
+    jac = jax.jacfwd(fn)(z)
+    matrix = jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac
+    k_dot = jsl.lu_solve(jsl.lu_factor(matrix), rhs)
+    return (k, converged), (k_dot, None)

@@ -1,0 +1,375 @@
+"""ESDIRK (Kvaerno5): tableau, Newton-iterated steps and their implicit-function adjoint.
+
+* The tableau has orders 5 and 4 by the rooted-tree order conditions, and is L-stable.
+* The gradient equals `jax.grad` of a plain replay on the recorded grid whose stages are
+  solved by *full* Newton to convergence (written out below: exact Jacobian at each
+  iterate, `jnp.linalg.solve`, no shared code): to ~1e-11 with a Newton tolerance at
+  round-off (``kappa`` tiny), and to the level of the Newton tolerance by default.  The
+  same holds with saves on the cubic Hermite dense output (values, ``d/d(y0, args, ts)``).
+* `DiscreteForward` (the tangent of the implicit function theorem) equals
+  `DiscreteAdjoint`; every checkpoint strategy gives the same; `vmap(grad)` is the
+  gradients one by one; finite differences agree coarsely.
+* Robertson's sensitivities to the three rates match SciPy's Radau (augmented system,
+  from test_rosenbrock, which checks Rodas5 the same way); forward mode, finite
+  differences and every checkpoint strategy agree.
+* A stage that Newton cannot solve fails through `result` (and raises with ``throw``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import accepted_grid, max_rel_diff
+from scipy.integrate import solve_ivp
+from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivities
+from test_tableaus import order_defects
+
+import jaxadjoint as ja
+from jaxadjoint.problems import van_der_pol_initial_state, van_der_pol_rhs
+from jaxadjoint.solvers._esdirk_tableaus import KVAERNO5, ESDIRKTableau
+
+VDP_MU = 1e3
+VDP_Y0 = jnp.asarray(van_der_pol_initial_state(VDP_MU))
+EPS = np.finfo(np.float64).eps
+# The Newton tolerance floored at round-off (10 eps / rtol): stages converged to ~eps.
+# (kappa as an array: the tests share one compiled solve for both tolerances.)
+TIGHT = ja.Kvaerno5(kappa=jnp.asarray(1e-15))
+DEFAULT = ja.Kvaerno5(kappa=jnp.asarray(1e-2))
+
+
+# ------------------------------------------------------------------------------------------
+# The tableau.
+
+
+def test_order_conditions():
+    """b has order exactly 5, bhat exactly 4 (all rooted-tree conditions to round-off)."""
+    for weights, order in ((KVAERNO5.b, 5), (KVAERNO5.b_embedded, 4)):
+        orders, defects, scales = order_defects(KVAERNO5.a, weights, order + 1)
+        met = np.abs(defects) <= 16 * EPS * np.maximum(scales, 1.0)
+        assert np.all(met[orders <= order]), defects[orders <= order]
+        assert np.max(np.abs(defects[orders == order + 1])) > 1e-4
+
+
+def test_stability():
+    """L-stable propagated solution (R(z) -> 0 as z -> -inf), A-stable on the imaginary
+    axis; the embedded solution is not small at infinity (why filtering helps)."""
+    a, s = KVAERNO5.a, KVAERNO5.num_stages
+
+    def r(z, b):
+        return abs(1 + z * b @ np.linalg.solve(np.eye(s) - z * a, np.ones(s)))
+
+    # R(z) ~ C / z far out (evaluated where round-off is still small).
+    assert r(-1e6, KVAERNO5.b) < 1e-5 and r(-1e8, KVAERNO5.b) < 1e-7
+    assert max(r(1j * w, KVAERNO5.b) for w in np.logspace(-2, 4, 61)) <= 1 + 1e-12
+    assert r(-1e8, KVAERNO5.b_embedded) > 0.5
+    assert KVAERNO5.stiffly_accurate
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(c=np.zeros(7)), "row sums"),
+    (dict(a=KVAERNO5.a + np.eye(7) * 0.01), "diagonal"),
+    (dict(b=KVAERNO5.b * 1.01), "sum to 1"),
+])
+def test_tableau_validation(change, match):
+    fields = dict(name="bad", gamma=KVAERNO5.gamma, a=KVAERNO5.a, b=KVAERNO5.b,
+                  b_embedded=KVAERNO5.b_embedded, c=KVAERNO5.c, predictor=KVAERNO5.predictor,
+                  order=5, error_order=4)
+    with pytest.raises(ValueError, match=match):
+        ESDIRKTableau(**{**fields, **change})
+
+
+# ------------------------------------------------------------------------------------------
+# The reference: the same method on the recorded grid, stages by full Newton.
+
+NEWTON_ITERATIONS = 12
+
+
+def replay(rhs, tableau, y0, args, grid, ts=None):
+    """``y_T`` (or the saves at ``ts``) of the ESDIRK formulas on ``grid``.
+
+    Each implicit stage ``k = f(t_i, base + gamma h k)`` is solved by full Newton (exact
+    Jacobian at every iterate, dense solve), from the previous stage's slope, for a fixed
+    number of iterations: `jax.grad` through converged Newton iterations is the
+    derivative of the root.  Saves: cubic Hermite on ``(y_n, k_1)``, ``(y_{n+1}, k_s)``.
+    """
+    g, s = tableau.gamma, tableau.num_stages
+    a, b, c = (np.asarray(x) for x in (tableau.a, tableau.b, tableau.c))
+
+    def step(y, times):
+        t, t_next = times
+        h = t_next - t
+        ks = [rhs(t, y, args)]
+        for i in range(1, s):
+            base = y + h * sum(a[i, j] * ks[j] for j in range(i))
+            t_i = t_next if c[i] == 1 else t + c[i] * h
+
+            def newton(_, k, base=base, t_i=t_i):
+                z = base + g * h * k
+                jac = jax.jacfwd(lambda x: rhs(t_i, x, args))(z)
+                return k - jnp.linalg.solve(jnp.eye(y.shape[0]) - g * h * jac,
+                                            k - rhs(t_i, z, args))
+
+            ks.append(jax.lax.fori_loop(0, NEWTON_ITERATIONS, newton, ks[-1]))
+        y_new = y + h * sum(b[i] * ks[i] for i in range(s))
+        return y_new, (y, ks[0], ks[-1])
+
+    grid = jnp.asarray(grid)
+    y_final, (ys, k_first, k_last) = jax.lax.scan(step, y0, (grid[:-1], grid[1:]))
+    if ts is None:
+        return y_final
+    # The step holding each save (a constant); padding repeats t_T, whose saves (theta =
+    # 0) are read on the last row.
+    index = jnp.searchsorted(grid, jax.lax.stop_gradient(ts), side="right") - 1
+    last = grid.shape[0] - 1
+    index = jnp.minimum(index, last)
+    # Each step's end: the next state (the final state for the last step).
+    ys_end = jnp.concatenate([ys[1:], y_final[None]])
+    ys, ys_end = (jnp.concatenate([x, y_final[None]]) for x in (ys, ys_end))
+    k_first = jnp.concatenate([k_first, rhs(grid[last], y_final, args)[None]])
+    k_last = jnp.concatenate([k_last, jnp.zeros_like(k_last[:1])])
+    h = jnp.concatenate([grid[1:] - grid[:-1], jnp.ones(1)])[index][:, None]
+    theta = ((ts - grid[index]) / h[:, 0])[:, None]
+    return (ys[index] + theta**2 * (3 - 2 * theta) * (ys_end[index] - ys[index])
+            + h * theta * (1 - theta) ** 2 * k_first[index]
+            - h * theta**2 * (1 - theta) * k_last[index])
+
+
+CASES = {
+    # (rhs, y0, args, t1, rtol, atol, save times)
+    "vdp-mu1e3": (van_der_pol_rhs, VDP_Y0, jnp.asarray(VDP_MU), 0.3, 1e-6, 1e-6,
+                  jnp.array([0.0, 0.0137, 0.1, 0.2718, 0.3])),
+    "robertson": (ROBERTSON.rhs, ROBERTSON.y0, ROBERTSON.args, 40.0, 1e-7, 1e-9,
+                  jnp.array([0.0, 0.4, 3.3, 17.0, 40.0])),
+}
+
+
+GRID_SLOTS = 256  # replay grids are padded to this length (one compiled replay per case)
+
+
+def _weights(case, with_saves):
+    _, y0, *_, ts = CASES[case]
+    n_out = ts.shape[0] if with_saves else 1
+    weights = jnp.sin(jnp.arange(n_out * y0.shape[0], dtype=y0.dtype) + 1.0)
+    return weights.reshape(n_out, y0.shape[0])
+
+
+@functools.cache
+def _ours(case, with_saves):
+    """``(loss, sol), dL/d(y0, args, ts)`` of a solve, compiled once per case: the solver
+    (its ``kappa`` an array) is an argument."""
+    rhs, _, _, t1, rtol, atol, _ = CASES[case]
+
+    def loss(y0, args, ts, solver):
+        sol = ja.solve(rhs, y0, 0.0, t1, args, solver=solver, rtol=rtol, atol=atol,
+                       saveat=ts if with_saves else None)
+        return jnp.sum(sol.ys * _weights(case, with_saves)), sol
+
+    return eqx.filter_jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+
+
+@functools.cache
+def _reference(case, with_saves):
+    """The replay's loss and gradient on a grid padded with zero steps (which leave the
+    state as it is) to `GRID_SLOTS` times."""
+    rhs = CASES[case][0]
+
+    def loss(y0, args, ts, grid):
+        out = replay(rhs, KVAERNO5, y0, args, grid, ts if with_saves else None)
+        return jnp.sum(out * _weights(case, with_saves))
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+
+
+def _loss_and_grad(case, solver, with_saves):
+    _, y0, args, *_, ts = CASES[case]
+    (value, sol), grads = _ours(case, with_saves)(y0, args, ts, solver)
+    grid = accepted_grid(sol)
+    assert grid.shape[0] <= GRID_SLOTS
+    grid = np.concatenate([grid, np.full(GRID_SLOTS - grid.shape[0], grid[-1])])
+    reference = _reference(case, with_saves)(y0, args, ts, jnp.asarray(grid))
+    return value, grads, reference, sol
+
+
+def _per_parameter(ours, ref):
+    """max_p |ours_p - ref_p| / |ref_p| (Robertson's rates differ by 9 orders)."""
+    ours, ref = np.atleast_1d(ours), np.atleast_1d(ref)
+    return float(np.max(np.abs(ours - ref) / np.abs(ref)))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gradient_is_the_converged_replays(case):
+    """Newton to round-off: value and dL/d(y0, args) are the replay's to ~1e-11
+    (measured 1e-12 and below)."""
+    value, ours, (ref_value, reference), sol = _loss_and_grad(case, TIGHT, False)
+    assert 3 <= int(sol.stats["num_accepted_steps"]) <= 200
+    assert abs(value - ref_value) <= 1e-12 * max(1.0, abs(ref_value))
+    assert max_rel_diff(ours[0], reference[0]) < 1e-11
+    assert _per_parameter(ours[1], reference[1]) < 1e-11
+
+
+@pytest.mark.parametrize("case", ["vdp-mu1e3"])
+def test_gradient_default_newton_tolerance(case):
+    """The default Newton tolerance (kappa = 1e-2 of the local error tolerance): the
+    gradient differs from the converged replay's by about the Newton error."""
+    rtol = CASES[case][4]
+    value, ours, (ref_value, reference), _ = _loss_and_grad(case, DEFAULT, False)
+    # Measured: values 1e-9 (Robertson) to 1e-8 (Van der Pol, 4 stiff steps), gradients
+    # 2e-9 to 3e-5 relative: the Newton error (a hundredth of the local tolerance per
+    # stage) amplified by the stiff dynamics, not round-off.
+    assert abs(value - ref_value) <= rtol * max(1.0, abs(ref_value))
+    assert max_rel_diff(ours[0], reference[0]) < 100 * rtol
+    assert _per_parameter(ours[1], reference[1]) < 100 * rtol
+    # ... and the tolerance matters: the gradients are not equal to round-off.
+    assert max_rel_diff(ours[0], reference[0]) > 1e-13
+
+
+@pytest.mark.parametrize("case", ["robertson"])
+def test_interpolated_saves_gradient_is_the_replays(case):
+    """Saves on the Hermite dense output: values and dL/d(y0, args, ts) are the replay's;
+    the steps are those of the solve without saves; saves at t0, t1 are the nodes."""
+    _, y0, *_ = CASES[case]
+    value, ours, (ref_value, reference), sol = _loss_and_grad(case, TIGHT, True)
+    _, _, _, plain = _loss_and_grad(case, TIGHT, False)
+    np.testing.assert_array_equal(np.asarray(sol.steps), np.asarray(plain.steps))
+    np.testing.assert_array_equal(np.asarray(sol.ys[0]), np.asarray(y0))
+    np.testing.assert_array_equal(np.asarray(sol.ys[-1]), np.asarray(plain.ys[-1]))
+    assert abs(value - ref_value) <= 1e-12 * max(1.0, abs(ref_value))
+    assert max_rel_diff(ours[0], reference[0]) < 1e-11
+    assert _per_parameter(ours[1], reference[1]) < 1e-11
+    assert max_rel_diff(ours[2], reference[2]) < 1e-11
+
+
+def test_continuous_extension_order():
+    """One step of size h on a smooth non-autonomous problem: the Hermite extension's
+    error at theta = 0.3, 0.75 is O(h^4); at theta = 1 it is y_1 to round-off."""
+
+    def rhs(t, y, args):
+        return jnp.stack([y[1], -args * jnp.sin(y[0]) + jnp.cos(t)])
+
+    y0, t0 = jnp.array([0.3, -0.2]), 0.1
+    thetas = jnp.array([0.3, 0.75, 1.0])
+
+    @jax.jit
+    def one_step(h):
+        sol = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=TIGHT,
+                       controller=ja.ConstantStep(h), saveat=t0 + thetas * h)
+        return sol.ys, sol.stats["num_accepted_steps"]
+
+    def exact(t):
+        def f(t, y):
+            return [y[1], -np.sin(y[0]) + np.cos(t)]
+        return solve_ivp(f, (t0, t), np.asarray(y0), method="DOP853", rtol=1e-13,
+                         atol=1e-15).y[:, -1]
+
+    hs = 0.2 / 2.0 ** np.arange(4)
+    errors = []
+    for h in hs:
+        ys, steps = one_step(h)
+        assert int(steps) == 1
+        errors.append([np.abs(ys[i] - exact(t0 + float(thetas[i]) * h)).max()
+                       for i in range(2)])
+        # theta = 1: y_1 (order 5) to within its own error.
+        assert np.abs(ys[2] - exact(t0 + h)).max() < 1e-5 * h**5 / 0.2**5
+    slopes = np.diff(np.log(np.array(errors)), axis=0) / np.diff(np.log(hs))[:, None]
+    assert np.all(np.abs(slopes - 4) < 0.3), slopes
+
+
+# ------------------------------------------------------------------------------------------
+# Sensitivity methods and strategies.
+
+
+def _robertson_jacobian(solver, sensitivity):
+    def ys(k):
+        return ja.solve(
+            ROBERTSON.rhs, ROBERTSON.y0, 0.0, 40.0, k, solver=solver, rtol=1e-8,
+            atol=1e-8, saveat=ja.SaveAt(ts=jnp.asarray(ROBERTSON_TS), land_on_ts=True),
+            sensitivity=sensitivity,
+        ).ys
+
+    if isinstance(sensitivity, ja.DiscreteForward):
+        return np.asarray(jax.jacfwd(ys)(ROBERTSON.args))
+    return np.asarray(jax.jacrev(ys)(ROBERTSON.args))
+
+
+def test_robertson_sensitivities_match_scipy_and_all_strategies():
+    """Jacobian of y(0.4, 4, 40) wrt the three rates with Kvaerno5 at rtol 1e-8: SciPy's
+    Radau (1e-5 relative per output and time, as Rodas5 in test_rosenbrock); every checkpoint
+    strategy and forward mode (the implicit-function tangent) give the same; central
+    finite differences (each bumped solve on its own grid) agree to 1e-5."""
+    reference = _scipy_normalised_sensitivities()
+    k = np.asarray(ROBERTSON.args)
+    jac = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint())
+    error = np.abs(jac * k - reference).max(axis=2) / np.abs(reference).max(axis=2)
+    assert np.all(error < 1e-5), error
+    for strategy in (ja.StoreStages(), ja.Recursive(3)):
+        other = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint(strategy))
+        assert max_rel_diff(other, jac) < 1e-13, strategy
+    forward = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteForward())
+    assert max_rel_diff(forward, jac) < 1e-11
+    fd = _robertson_jacobian(ja.Kvaerno5(), ja.FiniteDifferences(1e-4))
+    error = np.abs((fd - jac) * k).max(axis=2) / np.abs(reference).max(axis=2)
+    assert np.all(error < 1e-5), error
+
+
+def test_vmap_grad():
+    """vmap(grad) over mu equals the gradients one by one."""
+    rhs, y0, _, t1, rtol, atol, _ = CASES["vdp-mu1e3"]
+
+    def loss(mu):
+        sol = ja.solve(rhs, y0, 0.0, t1, mu, solver=ja.Kvaerno5(), rtol=rtol, atol=atol)
+        return sol.ys[-1, 0] + 2 * sol.ys[-1, 1]
+
+    mus = jnp.array([900.0, 1000.0, 1100.0])
+    batched = jax.jit(jax.vmap(jax.grad(loss)))(mus)
+    single = jax.jit(jax.grad(loss))
+    ones = np.array([float(single(m)) for m in mus])
+    assert max_rel_diff(batched, ones) < 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# Failures and unsupported options.
+
+
+def test_newton_failure_is_reported_not_nan():
+    """An infinite Jacobian (sqrt at 0) makes every Newton iteration NaN, at any step
+    size: the solve fails with `RESULTS.newton_failed`, never a silent NaN, and
+    `throw=True` raises with the message."""
+
+    def rhs(t, y, args):
+        return -jnp.sqrt(jnp.abs(y)) * args
+
+    def run(throw):
+        return ja.solve(rhs, jnp.zeros(2), 0.0, 1.0, jnp.asarray(1.0), solver=ja.Kvaerno5(),
+                        throw=throw)
+
+    sol = run(False)
+    assert sol.result == ja.RESULTS.newton_failed, sol.result
+    with pytest.raises(Exception, match="Newton's method did not converge"):
+        run(True)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(integrand=lambda t, y, a: y), "integrand"),
+        (dict(sensitivity=ja.ContinuousAdjoint()), "ContinuousAdjoint"),
+        (dict(sensitivity=ja.ForwardSensitivity()), "ForwardSensitivity"),
+    ],
+    ids=["integrand", "continuous-adjoint", "forward-sens"],
+)
+def test_unsupported_options_raise(options, match):
+    with pytest.raises(ValueError, match=match):
+        ja.solve(van_der_pol_rhs, VDP_Y0, 0.0, 0.3, jnp.asarray(VDP_MU), solver=ja.Kvaerno5(),
+                 **options)
+
+
+def test_bad_solver_arguments_raise():
+    with pytest.raises(ValueError, match="max_newton_iterations"):
+        ja.Kvaerno5(max_newton_iterations=0)
+    with pytest.raises(ValueError, match="kappa"):
+        ja.Kvaerno5(kappa=2.0)
