@@ -155,6 +155,26 @@ def cost(budget_s: float) -> list[dict]:
     return records
 
 
+def markdown_table(records: list[dict]) -> str:
+    """The README's table from the ``table`` records."""
+    lines = ["| rtol | Dopri5 gradient (∂x(5)/∂x0, ∂x(5)/∂v0, ∂x(5)/∂μ) | relative error "
+             "| stiff steps (longest run) | what the user is told |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in (r for r in records if r["part"] == "table"):
+        g = ", ".join(f"{x:.3g}" for x in r["gradient"])
+        stats = r["stats"]
+        told = r["told"]
+        found = re.search(r"from t = ([0-9.e+-]+) on, (\d+) accepted steps", told)
+        if found:
+            told = f"error: {found.group(2)} steps at the stability boundary from t = " \
+                   f"{float(found.group(1)):.3g}"
+        lines.append(
+            f"| {r['rtol']:.0e} | ({g}) | {r['rel_error']:.1e} | "
+            f"{int(stats['num_stiff_steps'])} of {int(stats['num_accepted_steps'])} "
+            f"({int(stats['longest_stiff_run'])}) | {told} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/trust.json")
@@ -170,6 +190,7 @@ def main() -> None:
         solvers = [ja.Dopri5(), ja.Tsit5(), ja.CashKarp()]
     records = table(table_rtols) + thresholds(threshold_rtols, solvers) + cost(options.budget)
     write_json(options.out, records, at_boundary=AT_BOUNDARY, stiff_run=STIFF_RUN, gap=GAP)
+    print(markdown_table(records))
 
 
 if __name__ == "__main__":
