@@ -51,7 +51,12 @@ def _size(x: Array) -> Array:
 
 
 def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array) -> Health:
-    """Account for reversing step ``n`` (from ``tau``): ``lam_in`` -> ``lam_out``."""
+    """Account for reversing step ``n`` (from ``tau``): ``lam_in`` -> ``lam_out``.
+
+    The norms read the adjoint through an optimisation barrier, so that watching it does
+    not change how XLA fuses (and so rounds) the sweep's own arithmetic.
+    """
+    lam_in, lam_out = jax.lax.optimization_barrier((lam_in, lam_out))
     size_in, size_out = _size(lam_in), _size(lam_out)
     both = (size_in > 0) & (size_out > 0)
     log_growth = jnp.where(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -103,22 +104,28 @@ class AbstractERK(AbstractSolver):
         return erk_step(self.tableau, f, t, y, h, k1, t_next)
 
     def stiffness(self, step: StepOutput, k_next: Array, h: Array) -> Array | None:
-        """``|h| ||k_i - k_j|| / ||Y_i - Y_j||`` over the real stability boundary.
+        """``h ||k_i - k_j|| / ||Y_i - Y_j||`` over the real stability boundary.
 
         Hairer's stiffness test of DOPRI5: two stages at the same time ``t + c h``
         (`ButcherTableau.stiffness_pair`) give ``rho(J)`` along their difference for the
-        price of two norms.  ``None`` for tableaus without such a pair.
+        price of two norms.  ``Y_i - Y_j = h sum_m (a[i, m] - a[j, m]) k_m`` is formed
+        from the slopes (``b`` is the row of ``y_{n+1}``), so ``h`` cancels and the stage
+        values are not read: reading them would change how XLA fuses (and rounds) the
+        stages, which `StoreStates` recomputes bit for bit in the reverse pass.  ``None``
+        for tableaus without such a pair.
         """
+        del h
         pair = self.tableau.stiffness_pair
         if pair is None:
             return None
         i, j = pair
-        stages, slopes = [*step.stages, step.y_new], [*step.ks, k_next]
+        rows = [*self.tableau.a, self.tableau.b]
+        slopes = jax.lax.optimization_barrier([*step.ks, k_next])
         num = jnp.sum(jnp.square(slopes[i] - slopes[j]))
-        den = jnp.sum(jnp.square(stages[i] - stages[j]))
-        rho = jnp.sqrt(num / jnp.where(den > 0, den, 1))
+        diff = linear_combination(jnp.zeros_like(slopes[0]), 1.0, rows[i] - rows[j], slopes)
+        den = jnp.sum(jnp.square(diff))
         scale = 1 / self.tableau.real_stability_boundary
-        return jnp.where(den > 0, jnp.abs(h) * rho * scale, 0).astype(h.dtype)
+        return jnp.where(den > 0, jnp.sqrt(num / jnp.where(den > 0, den, 1)) * scale, 0)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
