@@ -33,6 +33,7 @@ from ._forward import Recorder, forward_loop
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import combine, mask_params, ravel
+from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
 
@@ -55,6 +56,9 @@ def _solve_jvp(primals, tangents):
     problem = jax.lax.stop_gradient(problem)
     dtype = problem.y0.dtype
     out = _solve(problem, system, fd)
+    # Differences of solves whose steps ride the stability boundary are as untrustworthy
+    # as the exact derivative of those steps (`_stiffness`).
+    flag_stiff_gradient(system, out.record.stats, fd.accept_stiff_steps)
     on, off = mask_params(problem, problem_dot)
     x, unravel = ravel(on, dtype)
     v = ravel(mask_params(problem_dot, problem_dot)[0], dtype)[0]
@@ -114,6 +118,9 @@ class FiniteDifferences(AbstractSensitivity):
         step: relative bump, ``h_k = step * max(1, |x_k|)`` (default ``1e-6``).
         scheme: ``"central"`` (2 solves per differentiated scalar, error ``O(h^2)``) or
             ``"forward"`` (1 solve each, error ``O(h)``).
+        accept_stiff_steps: return the derivative even when the unperturbed solve rode
+            the stability boundary of an explicit method (by default that raises, as for
+            every sensitivity method: see `_stiffness`).
 
     Works with `jax.jvp`, `jax.jacfwd`, `jax.grad` and `jax.jacrev`; every call costs
     ``P`` or ``2P`` extra solves, ``P`` the number of differentiated scalar inputs.
@@ -121,6 +128,7 @@ class FiniteDifferences(AbstractSensitivity):
 
     step: float = eqx.field(static=True, default=1e-6)
     scheme: Literal["central", "forward"] = eqx.field(static=True, default="central")
+    accept_stiff_steps: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if not isinstance(self.step, int | float) or isinstance(self.step, bool) or not (

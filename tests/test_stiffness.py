@@ -131,8 +131,10 @@ def test_continuous_adjoint_opt_out():
     assert np.isfinite(jax.grad(_vdp_x_final, argnums=1)(Y0, MU, 1e-4, sensitivity, 0.5))
 
 
-@pytest.mark.parametrize("sensitivity", [ja.DiscreteForward(), ja.ForwardSensitivity()],
-                         ids=["discrete-forward", "forward-sensitivity"])
+@pytest.mark.parametrize(
+    "sensitivity", [ja.DiscreteForward(), ja.ForwardSensitivity(), ja.FiniteDifferences()],
+    ids=["discrete-forward", "forward-sensitivity", "finite-differences"],
+)
 def test_forward_mode_methods_flag_and_opt_out(sensitivity):
     jvp = jax.jacfwd(_vdp_x_final, argnums=1)
     with pytest.raises(Exception, match="Untrustworthy gradient"):
