@@ -50,15 +50,22 @@ def _size(x: Array) -> Array:
     return jnp.max(jnp.abs(x)) if x.size else jnp.zeros((), x.dtype)
 
 
-def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array) -> Health:
+def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
+            fed: Array | None = None) -> Health:
     """Account for reversing step ``n`` (from ``tau``): ``lam_in`` -> ``lam_out``.
 
+    ``fed`` is the slope cotangent that saves inside the step (or the previous step's end
+    stage, `_reverse.save_slopes_cotangent`) add within its reverse pass: growth in a step
+    that received one is explained by it (it may start from an adjoint that is nearly
+    zero), so such a step adds no excess.  Non-finite values are still caught.
     The norms read the adjoint through an optimisation barrier, so that watching it does
     not change how XLA fuses (and so rounds) the sweep's own arithmetic.
     """
     lam_in, lam_out = jax.lax.optimization_barrier((lam_in, lam_out))
     size_in, size_out = _size(lam_in), _size(lam_out)
     both = (size_in > 0) & (size_out > 0)
+    if fed is not None:
+        both = both & ~jnp.any(jax.lax.optimization_barrier(fed) != 0)
     log_growth = jnp.where(
         both, jnp.log(jnp.where(both, size_out, 1)) - jnp.log(jnp.where(both, size_in, 1)), 0
     )

@@ -215,7 +215,7 @@ def lanes_sweep(
             ln.system, tau, t_next, y, stages, c["lam"], ln.mu, ln.params,
             ln.direction, c["pbar"], kbar_saves,
         )
-        health = observe(c["health"], n, tau, c["lam"], lam)
+        health = observe(c["health"], n, tau, c["lam"], lam, kbar_saves)
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
                     health=health)

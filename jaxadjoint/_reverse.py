@@ -520,7 +520,7 @@ def reverse_sweep(
                 (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
                 pbar, rows, slot,
             )
-        health = observe(health, n, tau, lam_in, lam)
+        health = observe(health, n, tau, lam_in, lam, kbar_saves)
         lam, j = add_save_state(lam, saves, j, n)
         return n - 1, read_step(n - 1), lam, pbar, j, rows, health
 
