@@ -355,19 +355,7 @@ def test_newton_failure_is_reported_not_nan():
         run(True)
 
 
-@pytest.mark.parametrize(
-    "options, match",
-    [
-        (dict(integrand=lambda t, y, a: y), "integrand"),
-        (dict(sensitivity=ja.ContinuousAdjoint()), "ContinuousAdjoint"),
-        (dict(sensitivity=ja.ForwardSensitivity()), "ForwardSensitivity"),
-    ],
-    ids=["integrand", "continuous-adjoint", "forward-sens"],
-)
-def test_unsupported_options_raise(options, match):
-    with pytest.raises(ValueError, match=match):
-        ja.solve(van_der_pol_rhs, VDP_Y0, 0.0, 0.3, jnp.asarray(VDP_MU), solver=ja.Kvaerno5(),
-                 **options)
+# (Unsupported options: `test_rosenbrock.test_unsupported_options_raise`, both families.)
 
 
 def test_bad_solver_arguments_raise():

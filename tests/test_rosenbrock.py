@@ -309,9 +309,11 @@ def test_jacobian_failure_is_reported_not_nan():
     ],
     ids=["integrand", "continuous-adjoint", "forward-sens"],
 )
-def test_unsupported_options_raise(options, match):
+@pytest.mark.parametrize("solver", [ja.Rodas5(), ja.Kvaerno5()], ids=["Rodas5", "Kvaerno5"])
+def test_unsupported_options_raise(options, match, solver):
+    """Both stiff families (Rosenbrock and the Newton-iterated ESDIRK) reject the same."""
     with pytest.raises(ValueError, match=match):
-        ja.solve(van_der_pol_rhs, VDP_Y0, 0.0, 0.3, jnp.asarray(VDP_MU), solver=ja.Rodas5(),
+        ja.solve(van_der_pol_rhs, VDP_Y0, 0.0, 0.3, jnp.asarray(VDP_MU), solver=solver,
                  **options)
 
 

@@ -135,3 +135,32 @@ class AbstractSolver(eqx.Module):
     @abc.abstractmethod
     def stage_plan(self, interpolating: bool) -> Any:
         """The `_dense.StagePlan` of a step (with ``interpolating``, what saves read)."""
+
+
+class AbstractStiffFamily(AbstractSolver):
+    """What the stiff families (Rosenbrock, ESDIRK) share: a ``tableau`` class variable with
+    ``order``, ``error_order`` and ``num_stages``, an embedded error estimate, no FSAL
+    stage, and one right-hand side evaluation per stage after the first (Jacobians and
+    Newton iterations not counted: a lower bound for Newton-iterated methods)."""
+
+    tableau: ClassVar[Any]
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int:
+        return self.tableau.error_order
+
+    @property
+    def fsal(self) -> bool:
+        return False
+
+    @property
+    def rhs_evals_per_step(self) -> int:
+        return self.tableau.num_stages - 1

@@ -57,7 +57,7 @@ import numpy as np
 from jax import Array
 
 from . import _esdirk_tableaus as etab
-from ._base import AbstractSolver, FlatField, StepOutput, continuous_extension
+from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
 from ._newton import implicit_slope
@@ -225,7 +225,7 @@ def dense_plan(tableau: ESDIRKTableau) -> Any:
     )
 
 
-class AbstractESDIRK(AbstractSolver):
+class AbstractESDIRK(AbstractStiffFamily):
     """An ESDIRK method: singly diagonally implicit Runge–Kutta, explicit first stage.
 
     For stiff problems.  Each implicit stage is solved by simplified Newton with one LU of
@@ -262,27 +262,6 @@ class AbstractESDIRK(AbstractSolver):
     def with_tolerances(self, rtol: Array, atol: Array) -> AbstractESDIRK:
         return eqx.tree_at(lambda s: s.tolerances, self, (rtol, atol),
                            is_leaf=lambda x: x is None)
-
-    @property
-    def adaptive(self) -> bool:
-        return True
-
-    @property
-    def order(self) -> int:
-        return self.tableau.order
-
-    @property
-    def error_order(self) -> int:
-        return self.tableau.error_order
-
-    @property
-    def fsal(self) -> bool:
-        return False
-
-    @property
-    def rhs_evals_per_step(self) -> int:
-        # Newton iterations vary; count one evaluation per implicit stage (a lower bound).
-        return self.tableau.num_stages - 1
 
     def step(self, f, t, y, h, k1, t_next) -> StepOutput:
         return esdirk_step(self, f, t, y, h, k1, t_next)

@@ -53,7 +53,7 @@ import numpy as np
 from jax import Array
 
 from . import _rosenbrock_tableaus as rtab, _tableaus as tab
-from ._base import AbstractSolver, FlatField, StepOutput, continuous_extension
+from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
 from ._interpolants import Interpolant
 from ._rosenbrock_tableaus import RosenbrockTableau
 
@@ -271,7 +271,7 @@ def node_plan() -> Any:
     )
 
 
-class AbstractRosenbrock(AbstractSolver):
+class AbstractRosenbrock(AbstractStiffFamily):
     """A Rosenbrock method: linearly implicit, one LU of ``I - gamma h J`` per step.
 
     For stiff problems (Van der Pol with large ``mu``, chemical kinetics such as
@@ -285,26 +285,6 @@ class AbstractRosenbrock(AbstractSolver):
     """
 
     tableau: ClassVar[RosenbrockTableau]
-
-    @property
-    def adaptive(self) -> bool:
-        return True
-
-    @property
-    def order(self) -> int:
-        return self.tableau.order
-
-    @property
-    def error_order(self) -> int:
-        return self.tableau.error_order
-
-    @property
-    def fsal(self) -> bool:
-        return False
-
-    @property
-    def rhs_evals_per_step(self) -> int:
-        return self.tableau.num_stages - 1
 
     def step(self, f, t, y, h, k1, t_next) -> StepOutput:
         return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next)
