@@ -185,7 +185,7 @@ class HermiteWeights:
     def __hash__(self) -> int:
         return hash(id(self.tableau))
 
-    def _weights(self, theta: Array) -> list[Array]:
+    def weight_list(self, theta: Array) -> list[Array]:
         tableau, s = self.tableau, self.tableau.num_stages
         one_minus = 1 - theta
         growth = theta * theta * (3 - 2 * theta)
@@ -201,11 +201,11 @@ class HermiteWeights:
 
     def __call__(self, theta: Array) -> Array:
         """``(..., L)`` weights at ``theta``."""
-        return jnp.stack(self._weights(theta), axis=-1)
+        return jnp.stack(self.weight_list(theta), axis=-1)
 
     def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
         """``y + h sum_l w_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``."""
-        return continuous_extension(y, h, self._weights(theta), k)
+        return continuous_extension(y, h, self.weight_list(theta), k)
 
     def initial_slope(self) -> float:
         """``w_1'(0) = 1``: the final state's row holds ``f(t_T, y_T)`` as it is."""

@@ -213,7 +213,7 @@ class RosenbrockWeights:
     def __hash__(self) -> int:
         return hash(id(self.tableau))
 
-    def _weights(self, theta: Array) -> list[Array]:
+    def weight_list(self, theta: Array) -> list[Array]:
         tableau, one_minus = self.tableau, 1 - theta
         out = []
         for i in range(tableau.num_stages):
@@ -226,11 +226,11 @@ class RosenbrockWeights:
 
     def __call__(self, theta: Array) -> Array:
         """``(..., s)`` weights at ``theta``."""
-        return jnp.stack(self._weights(theta), axis=-1)
+        return jnp.stack(self.weight_list(theta), axis=-1)
 
     def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
         """``y + h sum_i b_i(theta) k_i`` for ``theta (M,)``, ``y (M, N)``, ``k (M, s, N)``."""
-        return continuous_extension(y, h, self._weights(theta), k)
+        return continuous_extension(y, h, self.weight_list(theta), k)
 
     def initial_slope(self) -> float:
         """``b_1'(0) = m_1 + H_11``: the final state's row holds ``f(t_T, y_T) / b_1'(0)``."""
