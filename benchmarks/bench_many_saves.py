@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,10 +41,25 @@ def glv(t, y, args):
     return y * (r + A @ y)
 
 
+def neural_ode():
+    """diffrax's neural-ODE example's field (MLP 2 -> 64 -> 64 -> 2, softplus) at its
+    initialisation, in float64; ``args`` are the MLP's arrays."""
+    mlp = eqx.nn.MLP(2, 2, 64, 2, activation=jax.nn.softplus, key=jax.random.PRNGKey(0))
+    mlp = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_array(x) else x, mlp)
+    params, static = eqx.partition(mlp, eqx.is_array)
+
+    def rhs(t, y, params):
+        return eqx.combine(params, static)(y)
+
+    return rhs, jnp.array([2.0, 0.0]), params
+
+
 def problems():
     rng = np.random.default_rng(0)
     A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
+    mlp_rhs, mlp_y0, mlp_params = neural_ode()
     return {
+        "neural ODE N=2": (mlp_rhs, mlp_y0, mlp_params, 10.0, 1e-10),
         "lotka-volterra N=2": (lotka_volterra, jnp.array([1.0, 1.0]),
                                jnp.array([1.5, 1.0, 3.0, 1.0]), 10.0, 1e-5),
         "glv N=10": (glv, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 10.0,
