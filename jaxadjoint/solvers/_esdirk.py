@@ -34,11 +34,13 @@ states (``N < ITERATIVE_ADJOINT_MIN_SIZE``) the Jacobians and LUs of all stages 
 batched call each; for larger ones an iteration preconditioned by the step's LU of ``M_0``
 (`_newton.solve_transposed_stage`: ``N^2`` per iteration instead of ``N^3`` per stage, to
 round-off, with an LU of ``M_i`` as the fallback).  The parameter adjoints of all stages
-are one batched vector-Jacobian product.  **How exact:** this is the derivative of the method with its
-stage equations solved exactly, evaluated at the computed stages; the computed stages
-solve them to the Newton tolerance (``kappa`` times the local error tolerance), so the
-gradient is exact up to that tolerance, not to round-off as for explicit and Rosenbrock
-methods.  A tighter ``kappa`` brings it closer (tests/test_esdirk.py).
+are one batched vector-Jacobian product.
+
+**How exact:** this is the derivative of the method with its stage equations solved
+exactly, evaluated at the computed stages; the computed stages solve them to the Newton
+tolerance (``kappa`` times the local error tolerance), so the gradient is exact up to that
+tolerance, not to round-off as for explicit and Rosenbrock methods. A tighter ``kappa``
+brings it closer (tests/test_esdirk.py).
 
 **Dense output** (`HermiteWeights`): cubic Hermite interpolation between ``(y_n, k_1)`` and
 ``(y_{n+1}, k_s)`` (``k_s = f(t_{n+1}, y_{n+1})`` at the root, for a stiffly accurate
@@ -107,6 +109,7 @@ def _step_and_factorisation(
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
     ks, stages = [k1], [y]
     converged = jnp.array(True)
+    evaluations = jnp.int32(0)
     for i in range(1, tableau.num_stages):
         base = linear_combination(y, h, tableau.a[i, :i], ks)
         t_i = _stage_time(t, h, t_next, tableau.c[i])
@@ -116,11 +119,12 @@ def _step_and_factorisation(
         guess, newton = jax.lax.stop_gradient(
             (_guess(tableau.predictor[i, :i], ks), dict(hg=hg, lu=lu, scale=scale,
                                                         kappa=kappa)))
-        k, ok = implicit_slope(fn, base, guess=guess, **newton,
-                               max_iterations=solver.max_newton_iterations)
+        k, ok, iterations = implicit_slope(fn, base, guess=guess, **newton,
+                                           max_iterations=solver.max_newton_iterations)
         ks.append(k)
         stages.append(base + hg * k)
         converged = converged & ok
+        evaluations = evaluations + iterations
     y_new = linear_combination(y, h, tableau.b, ks)
     y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
     if solver.filter_error:
@@ -128,7 +132,9 @@ def _step_and_factorisation(
     # A step whose stages did not converge has no error estimate: an infinite one makes
     # every controller reject it and remember the rejection (no growth right after).
     y_error = jnp.where(converged, y_error, jnp.inf)
-    return StepOutput(y_new, y_error, stages, ks, converged), jac, lu
+    step = StepOutput(y_new, y_error, stages, ks, converged,
+                      num_rhs_evals=jax.lax.stop_gradient(evaluations))
+    return step, jac, lu
 
 
 # States at least this large solve the transposed stage systems iteratively with the

@@ -55,8 +55,9 @@ def newton_stage(
     scale: Array,
     kappa: Array,
     max_iterations: int,
-) -> tuple[Array, Array]:
-    """``(k, converged)``: simplified Newton for ``k = fn(base + hg k)`` (module docstring).
+) -> tuple[Array, Array, Array]:
+    """``(k, converged, iterations)``: simplified Newton for ``k = fn(base + hg k)`` (module
+    docstring); each iteration evaluates ``fn`` once.
 
     ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``,
     ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the (floored) tolerance.
@@ -87,15 +88,15 @@ def newton_stage(
     dtype = base.dtype
     one = jnp.ones((), dtype)
     init = (jnp.int32(0), guess, one, one, one, jnp.array(False), jnp.array(False))
-    _, k, _, _, _, converged, _ = jax.lax.while_loop(running, body, init)
-    return k, converged
+    iterations, k, _, _, _, converged, _ = jax.lax.while_loop(running, body, init)
+    return k, converged, iterations
 
 
 @eqx.filter_custom_jvp
 def implicit_slope(
     fn: Callable[[Array], Array], base: Array, *, hg: Array, guess: Array,
     lu: tuple[Array, Array], scale: Array, kappa: Array, max_iterations: int,
-) -> tuple[Array, Array]:
+) -> tuple[Array, Array, Array]:
     """`newton_stage` with the implicit-function-theorem tangent (module docstring).
 
     ``fn`` must be closure-converted (`equinox.filter_closure_convert`) so that the
@@ -109,8 +110,9 @@ def implicit_slope(
 def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_iterations):
     fn, base = primals
     fn_dot, base_dot = tangents
-    k, converged = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu, scale=scale,
-                                  kappa=kappa, max_iterations=max_iterations)
+    k, converged, iterations = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu,
+                                              scale=scale, kappa=kappa,
+                                              max_iterations=max_iterations)
     z = base + hg * k
     if base_dot is None:
         base_dot = jnp.zeros_like(base)
@@ -121,7 +123,7 @@ def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_i
     jac = jax.jacfwd(fn)(z)
     matrix = jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac
     k_dot = jsl.lu_solve(jsl.lu_factor(matrix), rhs)
-    return (k, converged), (k_dot, None)
+    return (k, converged, iterations), (k_dot, None, None)
 
 
 # Iterations of `solve_transposed_stage` before it hands over to the direct solve.  The
