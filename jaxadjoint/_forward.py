@@ -254,6 +254,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             grid=grid,
             store=recorder.init(system.max_steps, y0, len(live), witness),
             num_steps=jnp.int32(0),
+            num_rhs_evals=jnp.int32(0),
             num_accepted=jnp.int32(0),
             init_evals=jnp.int32(init_evals),
             stiffness=tracker_init(tau0),
@@ -395,8 +396,13 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                 )
             rows = write_row(rows, has_row, n, tau, h_used, y, slopes, first)
         n_new = n + accept.astype(jnp.int32)
+        if step.num_rhs_evals is None:
+            step_evals = jnp.int32(evals_per_step)
+        else:  # Newton iterations, and k_next (a non-FSAL method evaluates it)
+            step_evals = step.num_rhs_evals + (0 if solver.fsal else 1)
         small = dict(h=h_next, cstate=cstate, result=result,
-                     num_steps=c["num_steps"] + 1)
+                     num_steps=c["num_steps"] + 1,
+                     num_rhs_evals=c["num_rhs_evals"] + step_evals)
         small = jax.tree.map(
             lambda new, old: jnp.where(active, new, old),
             small, {key: c[key] for key in small},
@@ -428,9 +434,11 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_steps=num_steps,
             num_accepted_steps=num_accepted,
             num_rejected_steps=num_steps - num_accepted,
-            num_rhs_evals=1 + final["init_evals"] + evals_per_step * num_steps,
+            num_rhs_evals=1 + final["init_evals"] + final["num_rhs_evals"],
             **tracker_stats(final["stiffness"], direction),
         )
+        if solver.jacobians_per_step:
+            stats["num_jacobians"] = solver.jacobians_per_step * num_steps
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)
         ys = interpolate(plan.weights, rows, taus, save_rows(rows))

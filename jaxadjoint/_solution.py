@@ -41,7 +41,9 @@ class Solution(eqx.Module):
         integral: ``int_{t0}^{t1} R(t, y, args) dt`` by the Runge–Kutta quadrature of the
             solve, a pytree like ``R``'s output; ``None`` without ``integrand``.
         stats: ``num_steps`` (attempted), ``num_accepted_steps``, ``num_rejected_steps``,
-            ``num_rhs_evals`` of the forward solve; and for explicit solvers the stiffness
+            ``num_rhs_evals`` of the forward solve (Newton iterations included; the
+            Jacobians of stiff solvers are counted apart, ``num_jacobians``, each ``N``
+            forward-mode products); and for explicit solvers the stiffness
             report (`_stiffness`): ``num_stiff_steps`` (accepted steps at the stability
             boundary), ``longest_stiff_run`` and ``stiff_run_start`` (the time that run
             starts, NaN without one).

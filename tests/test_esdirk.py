@@ -30,8 +30,15 @@ from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivi
 from test_tableaus import order_defects
 
 import jaxadjoint as ja
-from jaxadjoint.problems import van_der_pol_initial_state, van_der_pol_rhs
+from jaxadjoint.problems import (
+    brusselator_problem,
+    brusselator_rhs,
+    van_der_pol_initial_state,
+    van_der_pol_rhs,
+)
+from jaxadjoint.solvers._esdirk import ITERATIVE_ADJOINT_MIN_SIZE
 from jaxadjoint.solvers._esdirk_tableaus import KVAERNO5, ESDIRKTableau
+from jaxadjoint.solvers._newton import solve_transposed_stage
 
 VDP_MU = 1e3
 VDP_Y0 = jnp.asarray(van_der_pol_initial_state(VDP_MU))
@@ -139,12 +146,23 @@ def replay(rhs, tableau, y0, args, grid, ts=None):
             - h * theta**2 * (1 - theta) * k_last[index])
 
 
+def _brusselator_flat(t, y, args):
+    """The Brusselator on 2 x 16 grid values as a flat state of 32: at
+    `ITERATIVE_ADJOINT_MIN_SIZE`, so its reverse steps solve the stage systems iteratively."""
+    return brusselator_rhs(t, y.reshape(2, -1), args).ravel()
+
+
+BRUSSELATOR = brusselator_problem(16, 2.0)
+assert BRUSSELATOR.y0.size >= ITERATIVE_ADJOINT_MIN_SIZE
+
 CASES = {
     # (rhs, y0, args, t1, rtol, atol, save times)
     "vdp-mu1e3": (van_der_pol_rhs, VDP_Y0, jnp.asarray(VDP_MU), 0.3, 1e-6, 1e-6,
                   jnp.array([0.0, 0.0137, 0.1, 0.2718, 0.3])),
     "robertson": (ROBERTSON.rhs, ROBERTSON.y0, ROBERTSON.args, 40.0, 1e-7, 1e-9,
                   jnp.array([0.0, 0.4, 3.3, 17.0, 40.0])),
+    "brusselator-2x16": (_brusselator_flat, BRUSSELATOR.y0.ravel(), BRUSSELATOR.args, 2.0,
+                         1e-6, 1e-6, jnp.array([0.0, 1.0, 2.0])),
 }
 
 
@@ -206,7 +224,14 @@ def test_gradient_is_the_converged_replays(case):
     """Newton to round-off: value and dL/d(y0, args) are the replay's to ~1e-11
     (measured 1e-12 and below)."""
     value, ours, (ref_value, reference), sol = _loss_and_grad(case, TIGHT, False)
-    assert 3 <= int(sol.stats["num_accepted_steps"]) <= 200
+    stats = {key: int(value) for key, value in sol.stats.items() if key.startswith("num")}
+    assert 3 <= stats["num_accepted_steps"] <= 200
+    # Honest counts: one Jacobian per attempted step; k1, then per step its Newton
+    # iterations and f(t_{n+1}, y_{n+1}).  The tight Newton tolerance takes 5-7 iterations
+    # a stage here (measured), well above one (what a count of stages would give).
+    steps, newton = stats["num_steps"], stats["num_rhs_evals"] - 1 - stats["num_steps"]
+    assert stats["num_jacobians"] == steps
+    assert 6 * 3 * steps <= newton <= 6 * 10 * steps + 2, stats
     assert abs(value - ref_value) <= 1e-12 * max(1.0, abs(ref_value))
     assert max_rel_diff(ours[0], reference[0]) < 1e-11
     assert _per_parameter(ours[1], reference[1]) < 1e-11
@@ -242,6 +267,32 @@ def test_interpolated_saves_gradient_is_the_replays(case):
     assert max_rel_diff(ours[0], reference[0]) < 1e-11
     assert _per_parameter(ours[1], reference[1]) < 1e-11
     assert max_rel_diff(ours[2], reference[2]) < 1e-11
+
+
+def test_transposed_stage_solve_is_a_direct_solve():
+    """The iterated transposed solve of the reverse step (large states) gives
+    ``M^{-T} kbar`` to round-off when the step's ``M_0`` is close to ``M`` (the usual
+    case: the iteration's rate is the forward Newton rate), and hands over to the direct
+    solve when the iteration diverges."""
+    rng = np.random.default_rng(0)
+    n = 40
+    base = np.eye(n) + rng.normal(size=(n, n)) / np.sqrt(n)
+    kbar = jnp.asarray(rng.normal(size=n))
+
+    def direct(m):
+        return lambda v: jnp.linalg.solve(jnp.asarray(m).T, v)
+
+    for perturbation, fallback in ((0.02, False), (3.0, True)):
+        matrix = base + perturbation * rng.normal(size=(n, n)) / np.sqrt(n)
+        lu = jax.scipy.linalg.lu_factor(jnp.asarray(base))
+        u = solve_transposed_stage(lambda u, m=matrix: jnp.asarray(m).T @ u, lu, kbar,
+                                   direct(matrix))
+        exact = np.linalg.solve(matrix.T, np.asarray(kbar))
+        assert np.abs(np.asarray(u) - exact).max() <= 1e-13 * np.abs(exact).max()
+        # A NaN fallback shows whether the iteration alone converged.
+        iterated = solve_transposed_stage(lambda u, m=matrix: jnp.asarray(m).T @ u, lu, kbar,
+                                          lambda v: jnp.full_like(v, jnp.nan))
+        assert bool(jnp.any(jnp.isnan(iterated))) == fallback
 
 
 def test_continuous_extension_order():

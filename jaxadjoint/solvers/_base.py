@@ -51,6 +51,9 @@ class StepOutput(NamedTuple):
     # Whether the step's nonlinear stage equations were solved (implicit methods; None for
     # explicit and linearly implicit ones): a step that did not converge is rejected.
     converged: Array | None = None
+    # Right-hand side evaluations of the step beyond ``k1`` when they vary from step to
+    # step (Newton iterations; int32); None: the solver's fixed `rhs_evals_per_step`.
+    num_rhs_evals: Array | None = None
 
 
 class AbstractSolver(eqx.Module):
@@ -84,6 +87,11 @@ class AbstractSolver(eqx.Module):
     @abc.abstractmethod
     def rhs_evals_per_step(self) -> int:
         """Right-hand side evaluations of one step beyond ``k1`` (Jacobians not counted)."""
+
+    @property
+    def jacobians_per_step(self) -> int:
+        """Jacobians ``df/dy`` (``N`` forward-mode products each) one step evaluates."""
+        return 0
 
     def stiffness(self, step: StepOutput, k_next: Array, h: Array) -> Array | None:
         """``h rho(J)`` over the method's stability boundary, estimated from ``step``, or ``None``.
@@ -140,8 +148,8 @@ class AbstractSolver(eqx.Module):
 class AbstractStiffFamily(AbstractSolver):
     """What the stiff families (Rosenbrock, ESDIRK) share: a ``tableau`` class variable with
     ``order``, ``error_order`` and ``num_stages``, an embedded error estimate, no FSAL
-    stage, and one right-hand side evaluation per stage after the first (Jacobians and
-    Newton iterations not counted: a lower bound for Newton-iterated methods)."""
+    stage, one Jacobian per step, and one right-hand side evaluation per stage after the
+    first (Newton-iterated methods report their iterations instead, `StepOutput`)."""
 
     tableau: ClassVar[Any]
 
@@ -164,3 +172,7 @@ class AbstractStiffFamily(AbstractSolver):
     @property
     def rhs_evals_per_step(self) -> int:
         return self.tableau.num_stages - 1
+
+    @property
+    def jacobians_per_step(self) -> int:
+        return 1

@@ -26,13 +26,21 @@ f_p(Z_i) dp)``.  Its transpose gives, given ``lam = dL/dy_{n+1}``, for ``i = s .
     (basebar_i, pbar_i) = (df/d(y, p))(t_i, Z_i)^T u_i
     lam_n = lam + sum_i basebar_i,     pbar += sum_i pbar_i
 
-one Jacobian, one LU, one transposed solve and one vector-Jacobian product per implicit
-stage.  The stages are recomputed from ``y_n`` by the forward step itself (same Newton
-iteration, same values).  **How exact:** this is the derivative of the method with its
-stage equations solved exactly, evaluated at the computed stages; the computed stages
-solve them to the Newton tolerance (``kappa`` times the local error tolerance), so the
-gradient is exact up to that tolerance, not to round-off as for explicit and Rosenbrock
-methods.  A tighter ``kappa`` brings it closer (tests/test_esdirk.py).
+one transposed solve per implicit stage.  The stages are recomputed from ``y_n`` by the
+forward step itself (same Newton iteration, same values), or read from the record with
+`StoreStages`, which keeps every stage value and so spares the reverse pass the Newton
+iterations (Robertson: about half the gradient's time).  The transposed solves: for small
+states (``N < ITERATIVE_ADJOINT_MIN_SIZE``) the Jacobians and LUs of all stages in one
+batched call each; for larger ones an iteration preconditioned by the step's LU of ``M_0``
+(`_newton.solve_transposed_stage`: ``N^2`` per iteration instead of ``N^3`` per stage, to
+round-off, with an LU of ``M_i`` as the fallback).  The parameter adjoints of all stages
+are one batched vector-Jacobian product.
+
+**How exact:** this is the derivative of the method with its stage equations solved
+exactly, evaluated at the computed stages; the computed stages solve them to the Newton
+tolerance (``kappa`` times the local error tolerance), so the gradient is exact up to that
+tolerance, not to round-off as for explicit and Rosenbrock methods. A tighter ``kappa``
+brings it closer (tests/test_esdirk.py).
 
 **Dense output** (`HermiteWeights`): cubic Hermite interpolation between ``(y_n, k_1)`` and
 ``(y_{n+1}, k_s)`` (``k_s = f(t_{n+1}, y_{n+1})`` at the root, for a stiffly accurate
@@ -60,8 +68,8 @@ from . import _esdirk_tableaus as etab
 from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
-from ._newton import implicit_slope
-from ._rosenbrock import _solve_transposed, _stage_time, node_plan
+from ._newton import implicit_slope, solve_transposed_stage
+from ._rosenbrock import _NODE_VALUES, _solve_transposed, _stage_time
 
 
 def _guess(coeffs: np.ndarray, ks: list[Array]) -> Array:
@@ -79,6 +87,14 @@ def esdirk_step(
     t_next: Array,
 ) -> StepOutput:
     """One ESDIRK step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
+    return _step_and_factorisation(solver, f, t, y, h, k1, t_next)[0]
+
+
+def _step_and_factorisation(
+    solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
+    t_next: Array,
+) -> tuple[StepOutput, Array, tuple[Array, Array]]:
+    """`esdirk_step`, the Jacobian ``J(t, y)`` and the LU of ``I - gamma h J`` it used."""
     tableau = solver.tableau
     if solver.tolerances is None:
         raise ValueError(f"{type(solver).__name__}: the step needs the solve's tolerances "
@@ -93,6 +109,7 @@ def esdirk_step(
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
     ks, stages = [k1], [y]
     converged = jnp.array(True)
+    evaluations = jnp.int32(0)
     for i in range(1, tableau.num_stages):
         base = linear_combination(y, h, tableau.a[i, :i], ks)
         t_i = _stage_time(t, h, t_next, tableau.c[i])
@@ -102,11 +119,12 @@ def esdirk_step(
         guess, newton = jax.lax.stop_gradient(
             (_guess(tableau.predictor[i, :i], ks), dict(hg=hg, lu=lu, scale=scale,
                                                         kappa=kappa)))
-        k, ok = implicit_slope(fn, base, guess=guess, **newton,
-                               max_iterations=solver.max_newton_iterations)
+        k, ok, iterations = implicit_slope(fn, base, guess=guess, **newton,
+                                           max_iterations=solver.max_newton_iterations)
         ks.append(k)
         stages.append(base + hg * k)
         converged = converged & ok
+        evaluations = evaluations + iterations
     y_new = linear_combination(y, h, tableau.b, ks)
     y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
     if solver.filter_error:
@@ -114,17 +132,29 @@ def esdirk_step(
     # A step whose stages did not converge has no error estimate: an infinite one makes
     # every controller reject it and remember the rejection (no growth right after).
     y_error = jnp.where(converged, y_error, jnp.inf)
-    return StepOutput(y_new, y_error, stages, ks, converged)
+    step = StepOutput(y_new, y_error, stages, ks, converged,
+                      num_rhs_evals=jax.lax.stop_gradient(evaluations))
+    return step, jac, lu
+
+
+# States at least this large solve the transposed stage systems iteratively with the
+# step's LU (`_newton.solve_transposed_stage`) instead of factorising each stage's matrix:
+# an LU costs N^3, an iteration N^2; below this size the loop's overhead costs more.
+ITERATIVE_ADJOINT_MIN_SIZE = 32
 
 
 def esdirk_reverse_step(
-    solver: AbstractESDIRK, system: Any, tau: Array, t_next: Array, y: Array, lam: Array,
-    params: Any, direction: Array, pbar: Any, kbar_saves: Array | None,
+    solver: AbstractESDIRK, system: Any, tau: Array, t_next: Array, y: Array | None,
+    stages: Array | None, lam: Array, params: Any, direction: Array, pbar: Any,
+    kbar_saves: Array | None,
 ) -> tuple[Array, Any]:
     """Adjoint of one ESDIRK step (module docstring): ``(lam_n, pbar + dL/dparams)``.
 
-    ``kbar_saves`` ``(..., L, N)``: cotangents of the interpolation slopes (the stages of
-    `HermiteWeights.stages`) from saves inside the step.
+    ``stages`` ``(s, N)``: the converged stage values ``Z_i`` if the forward pass kept
+    them (`StoreStages`), else ``None`` and they are recomputed from ``y = y_n`` by the
+    forward step (its Newton iterations, its arithmetic).  ``kbar_saves`` ``(..., L, N)``:
+    cotangents of the interpolation slopes (the stages of `HermiteWeights.stages`) from
+    saves inside the step.
     """
     tableau = solver.tableau
     s, h = tableau.num_stages, t_next - tau
@@ -136,9 +166,25 @@ def esdirk_reverse_step(
     def f(t, x):
         return field(t, x, params)
 
-    step = esdirk_step(solver, f, tau, y, h, f(tau, y), t_next)
+    size = (y if stages is None else stages).shape[-1]
+    iterative = size >= ITERATIVE_ADJOINT_MIN_SIZE
+    times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
+    if stages is None:
+        step, jac_start, lu_start = _step_and_factorisation(
+            solver, f, tau, y, h, f(tau, y), t_next)
+        zs = step.stages
+    else:
+        zs = [stages[i] for i in range(s)]
+        jac_start = jax.jacfwd(lambda x: f(tau, x))(zs[0])
+        lu_start = (jsl.lu_factor(jnp.eye(size, dtype=zs[0].dtype) - hg * jac_start)
+                    if iterative else None)
+    if iterative:
+        transposed = _IterativeTransposed(f, times, zs, hg, lu_start)
+    else:
+        transposed = _DirectTransposed(f, times, zs, hg)
     interpolated = HermiteWeights.stages(tableau)
     basebars: list[Array | None] = [None] * s
+    us: list[Array | None] = [None] * s
     lam_n = lam
     for i in reversed(range(s)):
         coeffs = [tableau.b[i]] + [tableau.a[q, i] for q in range(i + 1, s)]
@@ -150,17 +196,73 @@ def esdirk_reverse_step(
             kbar = save_bar if kbar is None else kbar + save_bar
         if kbar is None:
             continue
-        t_i = tau if i == 0 else _stage_time(tau, h, t_next, tableau.c[i])
-        stage = step.stages[i]
-        if i > 0:
-            jac = jax.jacfwd(lambda x, t_i=t_i: f(t_i, x))(stage)
-            lu = jsl.lu_factor(jnp.eye(y.shape[0], dtype=y.dtype) - hg * jac)
-            kbar = _solve_transposed(lu, kbar)
-        _, vjp = jax.vjp(lambda x, p, t_i=t_i: field(t_i, x, p), stage, params)
-        basebars[i], p_bar = vjp(kbar)
-        pbar = jax.tree.map(jnp.add, pbar, p_bar)
+        if i == 0:
+            us[i] = kbar  # the explicit first stage: no solve
+            basebars[i] = kbar @ jac_start
+        else:
+            us[i], basebars[i] = transposed(i, kbar)
         lam_n = lam_n + basebars[i]
+    used = [i for i in range(s) if us[i] is not None]
+    if used:
+        p_bar = _parameter_adjoint(
+            field, jnp.stack([times[i] for i in used]), jnp.stack([zs[i] for i in used]),
+            params, jnp.stack([us[i] for i in used], axis=-2))
+        pbar = jax.tree.map(jnp.add, pbar, p_bar)
     return lam_n, pbar
+
+
+class _DirectTransposed:
+    """``(u_i, J(Z_i)^T u_i)`` with ``u_i = M_i^{-T} kbar``, ``M_i = I - gamma h J(Z_i)``:
+    the Jacobians and LU factorisations of all implicit stages in one batched call each
+    (they do not depend on the cotangents), then a transposed solve per stage."""
+
+    def __init__(self, f: FlatField, times: list[Array], zs: list[Array], hg: Array):
+        self.jacs = jax.vmap(lambda t_i, z: jax.jacfwd(lambda x: f(t_i, x))(z))(
+            jnp.stack(times[1:]), jnp.stack(zs[1:]))
+        eye = jnp.eye(zs[0].shape[0], dtype=zs[0].dtype)
+        self.lus = jax.vmap(jsl.lu_factor)(eye - hg * self.jacs)
+
+    def __call__(self, i: int, kbar: Array) -> tuple[Array, Array]:
+        lu = jax.tree.map(lambda x: x[i - 1], self.lus)
+        u = _solve_transposed(lu, kbar)
+        return u, u @ self.jacs[i - 1]
+
+
+class _IterativeTransposed:
+    """``(u_i, J(Z_i)^T u_i)`` by `_newton.solve_transposed_stage`: products with
+    ``J(Z_i)^T`` (vector-Jacobian products) and the step's LU of ``M_0``; no stage
+    Jacobian is formed unless the iteration fails (then ``M_i`` is factorised)."""
+
+    def __init__(self, f: FlatField, times: list[Array], zs: list[Array], hg: Array,
+                 lu_start: tuple[Array, Array]):
+        self.f, self.times, self.zs, self.hg, self.lu_start = f, times, zs, hg, lu_start
+
+    def __call__(self, i: int, kbar: Array) -> tuple[Array, Array]:
+        f, t_i, z, hg = self.f, self.times[i], self.zs[i], self.hg
+        _, vjp = jax.vjp(lambda x: f(t_i, x), z)
+
+        def direct(kbar):
+            jac = jax.jacfwd(lambda x: f(t_i, x))(z)
+            lu = jsl.lu_factor(jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac)
+            return jsl.lu_solve(lu, kbar, trans=1)
+
+        u = solve_transposed_stage(lambda u: u - hg * vjp(u)[0], self.lu_start, kbar,
+                                   direct)
+        return u, vjp(u)[0]
+
+
+def _parameter_adjoint(field: Any, times: Array, stages: Array, params: Any,
+                       us: Array) -> Any:
+    """``sum_i (df/dp)(t_i, Z_i)^T u_i``: one vector-Jacobian product of all stages.
+
+    ``times (S,)``, ``stages (S, N)``, ``us (..., S, N)``.
+    """
+
+    def fields(p):
+        return jax.vmap(lambda t_i, z: field(t_i, z, p))(times, stages)
+
+    _, vjp = jax.vjp(fields, params)
+    return vjp(us)[0]
 
 
 class HermiteWeights:
@@ -214,14 +316,27 @@ class HermiteWeights:
 
 def dense_plan(tableau: ESDIRKTableau) -> Any:
     """The `_dense.StagePlan` of interpolated saves: the slopes of `HermiteWeights.stages`
-    (all computed by the step), ``y_n`` kept."""
+    (all computed by the step); every stage value live (`StoreStages` keeps them all, so
+    the reverse step need not solve the stage equations again)."""
     from .._dense import StagePlan  # _dense builds on the explicit family
 
     s = tableau.num_stages
     return StagePlan(
-        a=np.zeros((s, s)), b=np.zeros(s), c=np.zeros(s), num_main=s, live=(0,),
+        a=np.zeros((s, s)), b=np.zeros(s), c=np.zeros(s), num_main=s, live=tuple(range(s)),
         interpolation_stages=HermiteWeights.stages(tableau),
         weights=HermiteWeights(tableau), end_stages=(),
+    )
+
+
+def node_plan(tableau: ESDIRKTableau) -> Any:
+    """The `_dense.StagePlan` of saves at nodes (``land_on_ts``, or ``y(t1)`` only): the
+    slope ``f(t_n, y_n)`` for a save's time derivative; every stage value live."""
+    from .._dense import StagePlan, StageWeights  # _dense builds on the explicit family
+
+    s = tableau.num_stages
+    return StagePlan(
+        a=np.zeros((s, s)), b=np.zeros(s), c=np.zeros(s), num_main=s, live=tuple(range(s)),
+        interpolation_stages=(0,), weights=StageWeights(_NODE_VALUES, (0,)), end_stages=(),
     )
 
 
@@ -233,7 +348,8 @@ class AbstractESDIRK(AbstractStiffFamily):
     does not converge rejects the step.  Gradients differentiate the converged stage
     equations (implicit function theorem; exact up to the Newton tolerance, module
     docstring).  Saves are evaluated on a cubic Hermite interpolant without changing the
-    steps; `StoreStages` keeps ``y_n`` only (the stages need the factorisation anyway).
+    steps; `StoreStages` keeps every stage value, so that the reverse pass skips the Newton
+    iterations (about half the gradient's time on small states).
 
     Arguments:
         kappa: Newton tolerance as a fraction of the local error tolerance (default
@@ -269,13 +385,12 @@ class AbstractESDIRK(AbstractStiffFamily):
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
         del mu  # no integrand with implicit methods (`solve` rejects it)
-        y = stages[0] if y is None else y
         return esdirk_reverse_step(
-            self, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves
+            self, system, tau, t_next, y, stages, lam, params, direction, pbar, kbar_saves
         )
 
     def stage_plan(self, interpolating: bool) -> Any:
-        return dense_plan(self.tableau) if interpolating else node_plan()
+        return dense_plan(self.tableau) if interpolating else node_plan(self.tableau)
 
 
 class Kvaerno5(AbstractESDIRK):
