@@ -67,7 +67,7 @@ from jax import Array
 
 from . import _reverse
 from ._adjoint_health import Health, healthy, observe
-from ._lanes import lanes_where
+from ._lanes import lanes_where, run_single_lane
 from ._reverse import (
     SaveCotangents,
     add_save_state,
@@ -92,7 +92,8 @@ def batch_over_solves(
     and ``unpack(d)`` rebuilds ``args`` from one lane's leaves (inside `jax.vmap` over
     ``axes``).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
     cotangent seeds) and the batch runs `jax.vmap` of ``one``, whose loops and branches
-    then have unbatched predicates.  Outputs come out batched.
+    then have unbatched predicates.  Outputs come out batched.  A batch of one lane runs ``one``
+    itself (`_lanes.run_single_lane`).
     """
     dynamic, static = eqx.partition(args, eqx.is_array)
 
@@ -106,6 +107,8 @@ def batch_over_solves(
     @run.def_vmap
     def run_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[Any, Any]:
         (batched,) = in_batched
+        if axis_size == 1:
+            return run_single_lane(run, dyn, batched)
         axes = jax.tree.map(lambda b: 0 if b else None, batched)
         if control(unpack(batched)) is True:
             out = lanes(unpack, axes, axis_size, dyn)

@@ -37,6 +37,7 @@ from ._dense import (
     write_row,
 )
 from ._events import crossings, event_state, locate_roots
+from ._lanes import run_single_lane
 from ._results import RESULTS
 from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
@@ -170,6 +171,8 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         if not any(jax.tree.leaves(in_batched)):
             out = solve(dyn)
             return out, jax.tree.map(lambda _: False, out)
+        if axis_size == 1:
+            return run_single_lane(solve, dyn, in_batched[0])
         axes = jax.tree.map(lambda batched: 0 if batched else None, in_batched[0])
 
         def each(fn: Callable) -> Callable:

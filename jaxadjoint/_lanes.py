@@ -83,3 +83,20 @@ def any_lane_cond(
         return out, jax.tree.map(lambda _: True, out)
 
     return branch(pred, dynamic, operands)
+
+
+
+def run_single_lane(fn: Callable[[Any], Any], dyn: Any, batched: Any) -> tuple[Any, Any]:
+    """A batch of one lane (``jax.vmap`` of size 1) run as the unbatched ``fn``.
+
+    ``dyn`` holds the array leaves, with the lane axis in front where ``batched`` (a tree
+    of bools like ``dyn``) says.  The lane is taken out, ``fn`` runs on it as on a single
+    solve, and its outputs get the lane axis back: all batched.  A batch of one is common
+    (`jax.jacrev` of a scalar loss is `vmap` over one cotangent seed; a mini-batch of one
+    trajectory) and batching would cost it, for nothing, the dynamic updates of its
+    record turned into scatters with per-lane indices, and a select after every step.
+    Returns ``(outputs, out_batched)`` as a ``custom_vmap`` rule does.
+    """
+    lane = jax.tree.map(lambda x, b: x[0] if b else x, dyn, batched)
+    out = jax.tree.map(lambda x: x[None], fn(lane))
+    return out, jax.tree.map(lambda _: True, out)

@@ -133,6 +133,21 @@ def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
     assert _max_rel(g_args, total) < 1e-12
 
 
+def test_a_batch_of_one_is_the_single_solve():
+    """`vmap` of size 1 (also `jax.jacrev` of a scalar loss) runs the unbatched loops
+    (`_lanes.run_single_lane`): the gradient is bitwise the single solve's."""
+    args, y0s = _problem("blocks")
+    ck = CHECKPOINTS["StoreStates"]
+    one = per_lane_grads(y0s[:1], args, T1S[:1], ck)
+    single = single_grad(y0s[0], args, T1S[0], ck)
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(single)):
+        assert a.shape == (1,) + b.shape
+        assert np.array_equal(np.asarray(a[0]), np.asarray(b))
+    jac = jax.jit(jax.jacrev(_loss, argnums=1), static_argnums=3)(y0s[0], args, T1S[0], ck)
+    for a, b in zip(jax.tree.leaves(jac), jax.tree.leaves(single[1])):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_checkpoint_strategies_agree_under_vmap(path):
     """To rounding, not bit for bit: XLA fuses the lanes' loop differently around each
