@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._block_solve import Block, with_blocks
 from ._controllers import AbstractController, Tolerances, rms_norm, scaled_error
 from ._dense import interpolant_slopes
 from ._forward import Recorder, forward_loop
@@ -206,8 +207,16 @@ def _setup(sens: ForwardSensitivity, system: System, problem: Problem, problem_d
         error_control=sens.error_control, sens_tol=Tolerances(rtol, atol),
         state_tol=system.tol,
     )
+    # Stiff solvers solve with the augmented Jacobian block by block: one LU of the
+    # user's N x N matrix serves the state and every column (`_block_solve`).
+    solver = with_blocks(system.solver, [
+        Block(start=0, size=n, diagonal="jacobian"),
+        Block(start=n, size=n * cols.total, diagonal="columns", columns=max(cols.total, 1),
+              of=0),
+    ])
     aug = _SensitivitySystem(
-        **derived_kwargs(system, controller=controller), columns=cols, params_off=params_off
+        **derived_kwargs(system, controller=controller, solver=solver), columns=cols,
+        params_off=params_off,
     )
     aug_problem = Problem(
         y0=jnp.concatenate([y0, s0.reshape(-1)]), params=params_on, t0=problem.t0,

@@ -81,9 +81,6 @@ def _check_family(
     """
     if isinstance(solver, AbstractERK):
         return
-    from ._continuous_adjoint import ContinuousAdjoint
-    from ._forward_sensitivity import ForwardSensitivity
-
     name = f"`solver={type(solver).__name__}()`"
     if integrand is not None:
         raise ValueError(f"`integrand` is not supported with {name} yet: use an explicit "
@@ -96,10 +93,6 @@ def _check_family(
         if saveat.ts is not None and not saveat.land_on_ts:
             raise ValueError(f"{name} has no dense output, so save times must be step "
                              "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
-    if isinstance(sensitivity, (ContinuousAdjoint, ForwardSensitivity)):
-        raise ValueError(f"`sensitivity={type(sensitivity).__name__}()` is not supported "
-                         f"with {name} yet: use `DiscreteAdjoint`, `DiscreteForward` or "
-                         "`FiniteDifferences`")
 
 
 def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any) -> Any:

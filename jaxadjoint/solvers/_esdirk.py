@@ -85,9 +85,8 @@ def esdirk_step(
                          "(`solve` binds them with `with_tolerances`)")
     rtol, atol = solver.tolerances
     dtype = y.dtype
-    jac = jax.jacfwd(lambda x: f(t, x))(y)
     hg = tableau.gamma * h
-    lu = jsl.lu_factor(jnp.eye(y.shape[0], dtype=dtype) - hg * jac)
+    lu = solver.linear_solver.factor(f, t, y, hg)
     scale = atol + rtol * jnp.abs(y)
     eps = jnp.finfo(dtype).eps
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
@@ -110,7 +109,7 @@ def esdirk_step(
     y_new = linear_combination(y, h, tableau.b, ks)
     y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
     if solver.filter_error:
-        y_error = jsl.lu_solve(lu, y_error)
+        y_error = lu.solve(y_error)
     # A step whose stages did not converge has no error estimate: an infinite one makes
     # every controller reject it and remember the rejection (no growth right after).
     y_error = jnp.where(converged, y_error, jnp.inf)
