@@ -27,6 +27,16 @@ The Jacobian products need ``y(t)`` on the way back.  Two ways, ``state=``:
   interpolant is only ``C^2`` across forward steps, so the backward steps also stop at
   every forward grid point (at least as many steps as the forward solve).
 
+With a stiff solver (Rosenbrock, Kvaerno5) the backward system is stiff too and is solved
+with the same method, its linear systems block by block (`_block_solve`): ``lam`` with
+``I + gamma h J^T`` (one ``N x N`` LU per step; ``pbar`` is a quadrature), plus the
+state with ``I - gamma h J`` when backsolving.  ``"checkpointed"`` then reads ``y(t)`` from
+the solver's own continuous extension (every forward step's dense output kept,
+`_DenseTrajectory`), not from the quintic Hermite interpolant, whose node derivatives
+``f(y_n)`` and ``J f`` amplify the tolerated error of ``y_n`` by the stiff eigenvalues.
+``"backsolve"`` integrates the stiff state backwards in time, where its decaying modes
+grow: it fails (``max_steps``, or a blown-up adjoint) on genuinely stiff problems.
+
 Time derivatives use the same continuous formulas as every method.
 """
 
@@ -383,7 +393,8 @@ class ContinuousAdjoint(AbstractSensitivity):
     The gradient approximates the derivative of the exact solution to about the
     tolerance; `DiscreteAdjoint` gives the exact derivative of the computed solution.
     Cost: one forward solve plus one adaptive backward solve of ``2N + P``
-    (backsolve) or ``N + P`` equations, with one VJP of ``f`` per stage.
+    (backsolve) or ``N + P`` equations, with one VJP of ``f`` per stage.  With stiff
+    solvers use ``state="checkpointed"`` (module docstring).
     """
 
     state: Literal["checkpointed", "backsolve"] = eqx.field(static=True, default="checkpointed")

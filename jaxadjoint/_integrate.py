@@ -73,11 +73,10 @@ def _check_family(
     """What a stiff solver does not support yet: a clear error, not a wrong answer.
 
     Explicit methods support everything.  Rosenbrock and implicit (ESDIRK) methods
-    interpolate saves on their
-    continuous extension (a method without one needs saves on the grid), have no
-    quadrature of an integrand, and have been validated with
-    `DiscreteAdjoint` (every checkpoint strategy), `DiscreteForward` and
-    `FiniteDifferences` only.
+    interpolate saves on their continuous extension (a method without one needs saves
+    on the grid) and have no quadrature of an integrand; they work with every
+    sensitivity method (`ForwardSensitivity` and `ContinuousAdjoint` through
+    `_block_solve`).
     """
     if isinstance(solver, AbstractERK):
         return
