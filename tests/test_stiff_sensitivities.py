@@ -12,7 +12,8 @@
     `DiscreteAdjoint`'s up to the Newton tolerance;
   - with error control: within the tolerance of SciPy's Radau on the augmented system
     (rtol 1e-11), and closer to it than without;
-  - `ContinuousAdjoint` (on the stiff solver's continuous extension): within the tolerance.
+  - `ContinuousAdjoint` (on the stiff solver's continuous extension): within the tolerance;
+  - `jax.grad` in ``(y0, rates)``: forward sensitivities transposed = `DiscreteAdjoint`.
 * `ContinuousAdjoint(state="backsolve")` with a stiff solver (three blocks) on a problem
   with a closed form.
 """
@@ -197,6 +198,30 @@ def test_error_control_on_sensitivities(solver, bound):
     assert _rel_error(controlled) < bound
     assert _rel_error(controlled) < _rel_error(plain)
     assert int(more_steps) > int(steps)
+
+
+@eqx.filter_jit
+def _gradient(y0, log_k, sensitivity):
+    """``jax.grad`` of a weighted sum of the saves in ``(y0, log k)``, Rodas5, rtol 1e-8."""
+    def loss(y0, log_k):
+        sol = ja.solve(ROBERTSON.rhs, y0, 0.0, 40.0, jnp.exp(log_k), solver=RODAS5, rtol=1e-8,
+                       atol=1e-12, saveat=SAVES, sensitivity=sensitivity)
+        return jnp.sum(sol.ys * jnp.asarray([1.0, 1e4, 1.0]))
+
+    return jax.grad(loss, argnums=(0, 1))(y0, log_k)
+
+
+def test_gradients_wrt_initial_state_and_rates():
+    """`jax.grad` (the forward sensitivities transposed; columns for y0 and the rates):
+    `ForwardSensitivity(error_control=False)` is `DiscreteAdjoint`'s to round-off, and
+    `ContinuousAdjoint`'s is within about the tolerance."""
+    y0 = ROBERTSON.y0
+    discrete = _gradient(y0, LOG_RATES, ja.DiscreteAdjoint())
+    forward = _gradient(y0, LOG_RATES, ja.ForwardSensitivity(error_control=False))
+    continuous = _gradient(y0, LOG_RATES, ja.ContinuousAdjoint())
+    for ours, bound in ((forward, 1e-12), (continuous, 1e-6)):
+        for a, b in zip(ours, discrete):
+            assert max_rel_diff(a, b) < bound, (a, b)
 
 
 # --- continuous adjoint ----------------------------------------------------------------
