@@ -304,9 +304,9 @@ def test_jacobian_failure_is_reported_not_nan():
 @pytest.mark.parametrize(
     "options, match",
     [
-        (dict(integrand=lambda t, y, a: y), "integrand"),
+        (dict(integrand=lambda t, y, a: y, saveat=ja.SaveAt(dense=True)), "integrand"),
     ],
-    ids=["integrand"],
+    ids=["integrand-dense"],
 )
 @pytest.mark.parametrize("solver", [ja.Rodas5(), ja.Kvaerno5()], ids=["Rodas5", "Kvaerno5"])
 def test_unsupported_options_raise(options, match, solver):
