@@ -61,8 +61,8 @@ def newton_stage(
     """``(k, converged)``: simplified Newton for ``k = fn(base + hg k)`` (module docstring).
 
     ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``
-    (`_linear_solver`),
-    ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the (floored) tolerance.
+    (`_linear_solver`), ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the
+    (floored) tolerance.
     """
 
     def body(state):
