@@ -27,11 +27,22 @@ The Jacobian products need ``y(t)`` on the way back.  Two ways, ``state=``:
   interpolant is only ``C^2`` across forward steps, so the backward steps also stop at
   every forward grid point (at least as many steps as the forward solve).
 
+With a stiff solver (Rosenbrock, Kvaerno5) the backward system is stiff too and is solved
+with the same method, its linear systems block by block (`_block_solve`): ``lam`` with
+``I + gamma h J^T`` (one ``N x N`` LU per step; ``pbar`` is a quadrature), plus the
+state with ``I - gamma h J`` when backsolving.  ``"checkpointed"`` then reads ``y(t)`` from
+the solver's own continuous extension (every forward step's dense output kept,
+`_DenseTrajectory`), not from the quintic Hermite interpolant, whose node derivatives
+``f(y_n)`` and ``J f`` amplify the tolerated error of ``y_n`` by the stiff eigenvalues.
+``"backsolve"`` integrates the stiff state backwards in time, where its decaying modes
+grow: it fails (``max_steps``, or a blown-up adjoint) on genuinely stiff problems.
+
 Time derivatives use the same continuous formulas as every method.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Literal
 
 import equinox as eqx
@@ -41,7 +52,9 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._adjoint_health import healthy, raise_if_blown_up
+from ._block_solve import Block, with_blocks
 from ._controllers import AbstractController, StepTo, Tolerances
+from ._dense import DenseRows, interpolate
 from ._forward import Recorder, forward_loop, padded_grid, write_slot
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
@@ -57,7 +70,7 @@ from ._sensitivity_common import (
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 from ._uninitialised import uninitialised
-from .solvers._base import StepOutput
+from .solvers._base import AbstractStiffFamily, StepOutput
 
 
 class _StatesAndSlopes(Recorder):
@@ -137,6 +150,55 @@ def _trajectory(system: System, problem: Problem, out) -> _Trajectory:
                        num_accepted=num, direction=direction)
 
 
+class _DenseTrajectory(eqx.Module):
+    """The forward solution on the stiff solver's own continuous extension (every step's
+    dense-output row kept).
+
+    For stiff problems the quintic Hermite interpolant of `_Trajectory` is no good: its
+    node data ``f(t_n, y_n)`` and ``y''_n = J f`` amplify the (tolerated) distance of ``y_n``
+    from the slow manifold by ``|lambda|`` and ``|lambda|^2``, and so does the adjoint's
+    Jacobian along the interpolant (Robertson to t = 40: gradients 0.1-100 % off).  The
+    method's continuous extension is built from its stages, which stay on the manifold.
+    """
+
+    grid: Array  # forward internal time, inf-padded
+    rows: DenseRows
+    weights: Any = eqx.field(static=True)
+    num_accepted: Array
+    direction: Array  # of the forward solve
+
+    def __call__(self, t: Array) -> Array:
+        tau = self.direction * t
+        return interpolate(self.weights, self.rows, jnp.reshape(tau, (1,)))[0]
+
+
+def _dense_trajectory(system: System, problem: Problem) -> tuple[Any, _DenseTrajectory]:
+    """Forward pass keeping every step's dense output: ``(ForwardOutput, trajectory)``.
+
+    Keeping rows does not change the steps or the saves (`_dense`).
+    """
+    dense_system = dataclasses.replace(system, dense=True)
+    out = forward_loop(dense_system, problem, Recorder())
+    trajectory = _DenseTrajectory(
+        grid=padded_grid(out.grid, out.num_accepted), rows=out.rows,
+        weights=dense_system.stage_plan.weights, num_accepted=out.num_accepted,
+        direction=problem.direction,
+    )
+    return out, trajectory
+
+
+def _uses_dense_trajectory(system: System, sens: ContinuousAdjoint) -> bool:
+    """Checkpointed stiff solves with a continuous extension (`_DenseTrajectory`)."""
+    solver = system.solver
+    if sens.state != "checkpointed" or not isinstance(solver, AbstractStiffFamily):
+        return False
+    try:
+        solver.stage_plan(True)
+    except (NotImplementedError, ValueError):
+        return False
+    return True
+
+
 class _StopAtGrid(AbstractController):
     """``inner``, but no step crosses a forward grid point (``stops``, increasing).
 
@@ -171,7 +233,7 @@ class _AdjointSystem(DerivedSystem):
     n_state: int = eqx.field(static=True)
     params_off: Any
     mu: Array
-    trajectory: _Trajectory | None  # None: the state is part of ``a`` (backsolve)
+    trajectory: _Trajectory | _DenseTrajectory | None  # None: y is in ``a`` (backsolve)
 
     def field(self, tau, a, params_on, direction):
         t = direction * tau
@@ -201,7 +263,7 @@ class _AdjointSystem(DerivedSystem):
 
 def _backward(
     sens: ContinuousAdjoint, system: System, problem: Problem, params_on: Any, params_off: Any,
-    ys_bar: Array, mu: Array, y_final: Array, trajectory: _Trajectory | None,
+    ys_bar: Array, mu: Array, y_final: Array, trajectory: Any,
 ) -> tuple[Array, Array, Array]:
     """Integrate the adjoint from ``t1`` to ``t0``: ``(lam(t0), pbar flat, result)``."""
     dtype = problem.y0.dtype
@@ -224,8 +286,15 @@ def _backward(
         k = jnp.arange(trajectory.grid.shape[0], dtype=jnp.int32)
         index = jnp.maximum(trajectory.num_accepted - k, 0)
         controller = _StopAtGrid(controller, -trajectory.grid[index])
+    # Stiff solvers solve with the adjoint system's Jacobian block by block (`_block_solve`):
+    # the state (backsolve) with J, then lam with -J^T, then the quadrature pbar.
+    blocks = [Block(start=n, size=num_p, diagonal="zero")]
+    blocks.insert(0, Block(start=0, size=n, diagonal="jacobian"))
+    if trajectory is None:
+        blocks.insert(0, Block(start=n + num_p, size=n, diagonal="jacobian"))
     adj = _AdjointSystem(
         **derived_kwargs(system, tol=tol, controller=controller,
+                         solver=with_blocks(system.solver, blocks),
                          dt0=system.dt0 if not system.controller.adaptive else None,
                          interpolate_saves=False, land_on_ts=False),
         n_state=n, params_off=params_off, mu=mu, trajectory=trajectory,
@@ -260,9 +329,12 @@ def _solve(problem: Problem, system: System, sens: ContinuousAdjoint) -> SolveOu
 @_solve.def_fwd
 def _solve_fwd(perturbed, problem, system, sens):
     del perturbed
-    recorder = _StatesAndSlopes() if sens.state == "checkpointed" else Recorder()
-    out = forward_loop(system, problem, recorder)
-    trajectory = _trajectory(system, problem, out) if sens.state == "checkpointed" else None
+    if _uses_dense_trajectory(system, sens):
+        out, trajectory = _dense_trajectory(system, problem)
+    else:
+        recorder = _StatesAndSlopes() if sens.state == "checkpointed" else Recorder()
+        out = forward_loop(system, problem, recorder)
+        trajectory = _trajectory(system, problem, out) if sens.state == "checkpointed" else None
     residuals = (out.ys, out.y_final, out.result, trajectory, out.stats)
     return to_solve_output(system, problem, out), residuals
 
@@ -321,7 +393,8 @@ class ContinuousAdjoint(AbstractSensitivity):
     The gradient approximates the derivative of the exact solution to about the
     tolerance; `DiscreteAdjoint` gives the exact derivative of the computed solution.
     Cost: one forward solve plus one adaptive backward solve of ``2N + P``
-    (backsolve) or ``N + P`` equations, with one VJP of ``f`` per stage.
+    (backsolve) or ``N + P`` equations, with one VJP of ``f`` per stage.  With stiff
+    solvers use ``state="checkpointed"`` (module docstring).
     """
 
     state: Literal["checkpointed", "backsolve"] = eqx.field(static=True, default="checkpointed")

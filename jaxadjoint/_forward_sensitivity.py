@@ -22,6 +22,24 @@ the ODESSA paper):
   explicit Runge–Kutta methods is the exact derivative of the discrete solution: it
   agrees with `DiscreteAdjoint` to round-off.
 
+**Stiff solvers** (Rosenbrock, Kvaerno5) step the augmented system with its exact Jacobian
+``[[J, 0], [d(J S + J_p)/dy, I (x) J]]`` through a block-triangular solve (`_block_solve`):
+one LU of the user's ``N x N`` matrix ``I - gamma h J`` per step serves the state and every
+column, ODESSA's simultaneous corrector; the coupling block is a JVP of the column JVPs,
+never formed.  With ``error_control=False``:
+
+- Rosenbrock methods: the Rosenbrock step of the augmented system (with that exact
+  Jacobian, ``d(J)/dy`` terms included) is the derivative of the Rosenbrock step, so the
+  sensitivities are the exact derivative of the discrete solution, equal to
+  `DiscreteAdjoint`'s to round-off (Robertson: 2e-15), on the plain solve's steps;
+- Kvaerno5: the stages of state and sensitivities come out of one simplified Newton
+  iteration whose convergence test sees both, so they equal the implicit-function
+  derivative of `DiscreteForward`/`DiscreteAdjoint` up to the Newton tolerance (Robertson on
+  a fixed grid: 7e-8 with ``kappa=1e-2``, 6e-10 with ``1e-4``), and the iteration counts,
+  hence the steps, can differ slightly from the plain solve's.  A very tight ``kappa``
+  (below about ``1e-5``) can stall the iteration on the sensitivity columns (round-off),
+  which rejects steps.
+
 Only the inputs that are actually differentiated get columns (the tangents JAX passes as
 symbolic zeros are skipped), so ``jax.grad`` with respect to ``args`` alone solves an
 ``N (1 + P_args)`` system.  Derivatives are attached with a custom JVP whose tangent is
@@ -39,6 +57,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._block_solve import Block, with_blocks
 from ._controllers import AbstractController, Tolerances, rms_norm, scaled_error
 from ._dense import interpolant_slopes
 from ._forward import Recorder, forward_loop
@@ -206,8 +225,16 @@ def _setup(sens: ForwardSensitivity, system: System, problem: Problem, problem_d
         error_control=sens.error_control, sens_tol=Tolerances(rtol, atol),
         state_tol=system.tol,
     )
+    # Stiff solvers solve with the augmented Jacobian block by block: one LU of the
+    # user's N x N matrix serves the state and every column (`_block_solve`).
+    solver = with_blocks(system.solver, [
+        Block(start=0, size=n, diagonal="jacobian"),
+        Block(start=n, size=n * cols.total, diagonal="columns", columns=max(cols.total, 1),
+              of=0),
+    ])
     aug = _SensitivitySystem(
-        **derived_kwargs(system, controller=controller), columns=cols, params_off=params_off
+        **derived_kwargs(system, controller=controller, solver=solver), columns=cols,
+        params_off=params_off,
     )
     aug_problem = Problem(
         y0=jnp.concatenate([y0, s0.reshape(-1)]), params=params_on, t0=problem.t0,
@@ -288,14 +315,16 @@ class ForwardSensitivity(AbstractSensitivity):
         error_control: include the sensitivities in the local error test (ODESSA's
             mutually dependent error control; default).  ``False`` steps on the state's
             error alone: same grid as the plain solve, and derivatives equal to the
-            discrete derivative (`DiscreteAdjoint`) to round-off.
+            discrete derivative (`DiscreteAdjoint`) to round-off (Kvaerno5: up to the
+            Newton tolerance; module docstring).
         sensitivity_rtol, sensitivity_atol: tolerances of the sensitivity error test
             (default: those of the state).
         accept_stiff_steps: return the sensitivities even when the solve rode the
             stability boundary of an explicit method (default: an error).
 
     Cost: one solve of ``N (1 + C)`` equations, ``C`` = the number of differentiated
-    scalar inputs, each column one JVP of ``f`` per stage.  Best with few parameters
+    scalar inputs, each column one JVP of ``f`` per stage; with a stiff solver one LU of
+    ``N x N`` per step for all of them.  Best with few parameters
     and many outputs; `jaxadjoint.sensitivity_trajectory` returns ``S`` at the save
     times and `jaxadjoint.normalised_sensitivities` ranks parameters.
     """

@@ -21,6 +21,7 @@ from ._saveat import SaveAt, as_saveat
 from ._segments import check_events, checked_condition, solve_events
 from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
+from ._stiff_quadrature import solve_with_quadrature_state, uses_quadrature_state
 from ._system import Problem, System
 from .solvers._base import AbstractSolver
 from .solvers._explicit import AbstractERK, Dopri5
@@ -73,21 +74,20 @@ def _check_family(
     """What a stiff solver does not support yet: a clear error, not a wrong answer.
 
     Explicit methods support everything.  Rosenbrock and implicit (ESDIRK) methods
-    interpolate saves on their
-    continuous extension (a method without one needs saves on the grid), have no
-    quadrature of an integrand, and have been validated with
-    `DiscreteAdjoint` (every checkpoint strategy), `DiscreteForward` and
-    `FiniteDifferences` only.
+    interpolate saves on their continuous extension (a method without one needs saves
+    on the grid) and integrate an integrand as extra state (`_stiff_quadrature`; not with
+    events or dense output); they work with every
+    sensitivity method (`ForwardSensitivity` and `ContinuousAdjoint` through
+    `_block_solve`).
     """
     if isinstance(solver, AbstractERK):
         return
-    from ._continuous_adjoint import ContinuousAdjoint
-    from ._forward_sensitivity import ForwardSensitivity
-
     name = f"`solver={type(solver).__name__}()`"
     if integrand is not None:
-        raise ValueError(f"`integrand` is not supported with {name} yet: use an explicit "
-                         "solver, or add the integral as an extra state component")
+        # (Without events or dense output, `solve` integrates it as extra state.)
+        raise ValueError(f"`integrand` is not supported with {name} together with events "
+                         "or `SaveAt(dense=True)` yet: add the integral as an extra state "
+                         "component")
     if not _has_dense_output(solver):
         if saveat.dense:
             raise ValueError(f"`SaveAt(dense=True)` is not supported with {name} (no dense "
@@ -96,10 +96,6 @@ def _check_family(
         if saveat.ts is not None and not saveat.land_on_ts:
             raise ValueError(f"{name} has no dense output, so save times must be step "
                              "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
-    if isinstance(sensitivity, (ContinuousAdjoint, ForwardSensitivity)):
-        raise ValueError(f"`sensitivity={type(sensitivity).__name__}()` is not supported "
-                         f"with {name} yet: use `DiscreteAdjoint`, `DiscreteForward` or "
-                         "`FiniteDifferences`")
 
 
 def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any) -> Any:
@@ -193,6 +189,12 @@ def solve(
     """
     saveat = as_saveat(saveat)
     events = as_events(events)
+    if uses_quadrature_state(solver, integrand, saveat, events):
+        # Stiff solvers integrate the integral as extra state (`_stiff_quadrature`).
+        return solve_with_quadrature_state(
+            solve, rhs, integrand, y0, t0, t1, args, solver, saveat, controller, rtol=rtol,
+            atol=atol, dt0=dt0, sensitivity=sensitivity, max_steps=max_steps, throw=throw,
+        )
     if isinstance(sensitivity, AbstractSensitivity) and sensitivity.reverse_mode_only:
         # Before `jit`: inside it, an outer `jax.jvp` is invisible (it transforms the jaxpr).
         check.check_reverse_mode_only(

@@ -27,6 +27,8 @@ from typing import Any, ClassVar, NamedTuple
 import equinox as eqx
 from jax import Array
 
+from ._linear_solver import AbstractLinearSolver, DenseLinearSolver
+
 # f(t, y) -> dy/dt on flat vectors, with the parameters already bound.
 FlatField = Callable[[Array, Array], Array]
 
@@ -149,9 +151,15 @@ class AbstractStiffFamily(AbstractSolver):
     """What the stiff families (Rosenbrock, ESDIRK) share: a ``tableau`` class variable with
     ``order``, ``error_order`` and ``num_stages``, an embedded error estimate, no FSAL
     stage, one Jacobian per step, and one right-hand side evaluation per stage after the
-    first (Newton-iterated methods report their iterations instead, `StepOutput`)."""
+    first (Newton-iterated methods report their iterations instead, `StepOutput`).
+
+    ``linear_solver`` (keyword only) is how a step solves with ``I - gamma h J``
+    (`_linear_solver`): by default a dense Jacobian and LU; the sensitivity methods give
+    their block-triangular augmented systems a structured one (`_block_solve`).
+    """
 
     tableau: ClassVar[Any]
+    linear_solver: AbstractLinearSolver = eqx.field(default=DenseLinearSolver(), kw_only=True)
 
     @property
     def adaptive(self) -> bool:

@@ -68,6 +68,7 @@ from . import _esdirk_tableaus as etab
 from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
+from ._linear_solver import AbstractFactorisation, DenseLU
 from ._newton import implicit_slope, solve_transposed_stage
 from ._rosenbrock import _NODE_VALUES, _solve_transposed, _stage_time
 
@@ -93,17 +94,16 @@ def esdirk_step(
 def _step_and_factorisation(
     solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
     t_next: Array,
-) -> tuple[StepOutput, Array, tuple[Array, Array]]:
-    """`esdirk_step`, the Jacobian ``J(t, y)`` and the LU of ``I - gamma h J`` it used."""
+) -> tuple[StepOutput, AbstractFactorisation]:
+    """`esdirk_step` and the factorisation of ``I - gamma h J(t, y)`` it used."""
     tableau = solver.tableau
     if solver.tolerances is None:
         raise ValueError(f"{type(solver).__name__}: the step needs the solve's tolerances "
                          "(`solve` binds them with `with_tolerances`)")
     rtol, atol = solver.tolerances
     dtype = y.dtype
-    jac = jax.jacfwd(lambda x: f(t, x))(y)
     hg = tableau.gamma * h
-    lu = jsl.lu_factor(jnp.eye(y.shape[0], dtype=dtype) - hg * jac)
+    lu = solver.linear_solver.factor(f, t, y, hg)
     scale = atol + rtol * jnp.abs(y)
     eps = jnp.finfo(dtype).eps
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
@@ -128,13 +128,13 @@ def _step_and_factorisation(
     y_new = linear_combination(y, h, tableau.b, ks)
     y_error = linear_combination(jnp.zeros_like(y), h, tableau.b_error, ks)
     if solver.filter_error:
-        y_error = jsl.lu_solve(lu, y_error)
+        y_error = lu.solve(y_error)
     # A step whose stages did not converge has no error estimate: an infinite one makes
     # every controller reject it and remember the rejection (no growth right after).
     y_error = jnp.where(converged, y_error, jnp.inf)
     step = StepOutput(y_new, y_error, stages, ks, converged,
                       num_rhs_evals=jax.lax.stop_gradient(evaluations))
-    return step, jac, lu
+    return step, lu
 
 
 # States at least this large solve the transposed stage systems iteratively with the
@@ -170,8 +170,11 @@ def esdirk_reverse_step(
     iterative = size >= ITERATIVE_ADJOINT_MIN_SIZE
     times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
     if stages is None:
-        step, jac_start, lu_start = _step_and_factorisation(
-            solver, f, tau, y, h, f(tau, y), t_next)
+        step, factorisation = _step_and_factorisation(solver, f, tau, y, h, f(tau, y), t_next)
+        if not isinstance(factorisation, DenseLU):
+            raise TypeError("the ESDIRK reverse step needs the dense LU of the step, got "
+                            f"{type(factorisation).__name__}")
+        jac_start, lu_start = factorisation.jac, factorisation.lu
         zs = step.stages
     else:
         zs = [stages[i] for i in range(s)]

@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import Array
 
+from ._linear_solver import AbstractFactorisation
+
 
 def _rms(x: Array) -> Array:
     return jnp.sqrt(jnp.mean(jnp.square(x)))
@@ -51,7 +53,7 @@ def newton_stage(
     base: Array,
     hg: Array,
     guess: Array,
-    lu: tuple[Array, Array],
+    lu: AbstractFactorisation,
     scale: Array,
     kappa: Array,
     max_iterations: int,
@@ -59,13 +61,14 @@ def newton_stage(
     """``(k, converged, iterations)``: simplified Newton for ``k = fn(base + hg k)`` (module
     docstring); each iteration evaluates ``fn`` once.
 
-    ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``,
-    ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the (floored) tolerance.
+    ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``
+    (`_linear_solver`), ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the
+    (floored) tolerance.
     """
 
     def body(state):
         it, k, _, d_prev, eta, _, _ = state
-        delta = jsl.lu_solve(lu, fn(base + hg * k) - k)
+        delta = lu.solve(fn(base + hg * k) - k)
         k_new = k + delta
         d = _rms(hg * delta / scale)
         first = it == 0
@@ -95,7 +98,7 @@ def newton_stage(
 @eqx.filter_custom_jvp
 def implicit_slope(
     fn: Callable[[Array], Array], base: Array, *, hg: Array, guess: Array,
-    lu: tuple[Array, Array], scale: Array, kappa: Array, max_iterations: int,
+    lu: AbstractFactorisation, scale: Array, kappa: Array, max_iterations: int,
 ) -> tuple[Array, Array, Array]:
     """`newton_stage` with the implicit-function-theorem tangent (module docstring).
 

@@ -2,7 +2,7 @@
 
 **Step** (tableau in the ``U`` form of `_rosenbrock_tableaus`).  With ``J = df/dy`` and
 ``f_t = df/dt`` at ``(t_n, y_n)`` (from JAX: `jax.jacfwd` and one JVP) and one LU
-factorisation of ``M = I - gamma h J``::
+factorisation of ``M = I - gamma h J`` (the solver's ``linear_solver``, `_linear_solver`)::
 
     Y_i = y_n + sum_{j<i} a_ij U_j,          k_i = f(t_n + c_i h, Y_i)      (k_1 = f(t_n, y_n))
     r_i = gamma h k_i + gamma sum_{j<i} C_ij U_j + gamma d_i h^2 f_t,        U_i = M^{-1} r_i
@@ -55,6 +55,7 @@ from jax import Array
 from . import _rosenbrock_tableaus as rtab, _tableaus as tab
 from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
 from ._interpolants import Interpolant
+from ._linear_solver import AbstractFactorisation, AbstractLinearSolver, DenseLinearSolver
 from ._rosenbrock_tableaus import RosenbrockTableau
 
 
@@ -82,7 +83,7 @@ def _time_derivative(f: FlatField, t: Array, y: Array) -> Array:
 
 
 class _Stages(NamedTuple):
-    lu: tuple[Array, Array]  # LU factorisation of I - gamma h J (jax.scipy.linalg.lu_factor)
+    lu: AbstractFactorisation  # of I - gamma h J (`_linear_solver`; dense LU by default)
     stages: list[Array]  # Y_i
     ks: list[Array]  # k_i = f(t_i, Y_i)
     us: list[Array]  # U_i
@@ -90,14 +91,12 @@ class _Stages(NamedTuple):
 
 def _stages(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array,
+    t_next: Array, linear_solver: AbstractLinearSolver,
 ) -> _Stages:
     """The stages of one step (module docstring); shared by the step and its adjoint."""
-    n = y.shape[0]
-    jac = jax.jacfwd(lambda x: f(t, x))(y)
     f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
     gh = tableau.gamma * h
-    lu = jsl.lu_factor(jnp.eye(n, dtype=y.dtype) - gh * jac)
+    lu = linear_solver.factor(f, t, y, gh)
     stages, ks, us = [], [], []
     for i in range(tableau.num_stages):
         stage = _combine(y, tableau.a[i, :i], us)
@@ -110,16 +109,16 @@ def _stages(
             r = r + (float(tableau.gamma * tableau.d[i]) * (h * h)) * f_t
         stages.append(stage)
         ks.append(k)
-        us.append(jsl.lu_solve(lu, r))
+        us.append(lu.solve(r))
     return _Stages(lu, stages, ks, us)
 
 
 def rosenbrock_step(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array,
+    t_next: Array, linear_solver: AbstractLinearSolver = DenseLinearSolver(),
 ) -> StepOutput:
     """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
-    st = _stages(tableau, f, t, y, h, k1, t_next)
+    st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver)
     y_new = _combine(y, tableau.m, st.us)
     y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
     # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
@@ -135,6 +134,7 @@ def _solve_transposed(lu: tuple[Array, Array], v: Array) -> Array:
 def rosenbrock_reverse_step(
     tableau: RosenbrockTableau, system: Any, tau: Array, t_next: Array, y: Array,
     lam: Array, params: Any, direction: Array, pbar: Any, kbar_saves: Array | None = None,
+    linear_solver: AbstractLinearSolver = DenseLinearSolver(),
 ) -> tuple[Array, Any]:
     """Adjoint of one Rosenbrock step (module docstring): ``(lam_n, pbar + dL/dparams)``.
 
@@ -150,7 +150,7 @@ def rosenbrock_reverse_step(
     def f(t, x):
         return field(t, x, params)
 
-    st = _stages(tableau, f, tau, y, h, f(tau, y), t_next)
+    st = _stages(tableau, f, tau, y, h, f(tau, y), t_next, linear_solver)
     gh = gamma * h
     stage_bars: list[Array | None] = [None] * s
     rbars: list[Array | None] = [None] * s
@@ -167,7 +167,7 @@ def rosenbrock_reverse_step(
             ubar = save_bar if ubar is None else ubar + save_bar
         if ubar is None:
             ubar = jnp.zeros_like(lam)
-        rbars[i] = _solve_transposed(st.lu, ubar)
+        rbars[i] = st.lu.solve_transposed(ubar)
         t_i = tau if i == 0 else _stage_time(tau, h, t_next, tableau.c[i])
         _, vjp = jax.vjp(lambda x, p, t_i=t_i: field(t_i, x, p), st.stages[i], params)
         stage_bars[i], p_bar = vjp(gh * rbars[i])
@@ -287,14 +287,15 @@ class AbstractRosenbrock(AbstractStiffFamily):
     tableau: ClassVar[RosenbrockTableau]
 
     def step(self, f, t, y, h, k1, t_next) -> StepOutput:
-        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next)
+        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next, self.linear_solver)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
         del mu  # no integrand with Rosenbrock methods (`solve` rejects it)
         y = stages[0] if y is None else y
         return rosenbrock_reverse_step(
-            self.tableau, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves
+            self.tableau, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves,
+            self.linear_solver,
         )
 
     def stage_plan(self, interpolating: bool) -> Any:

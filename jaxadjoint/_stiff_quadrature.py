@@ -1,0 +1,100 @@
+"""``integrand=`` with stiff solvers: the quadrature as extra state, solved block by block.
+
+Explicit methods add ``h sum_m b_m R(t_m, Y_m)`` to the integral (the paper's Runge–Kutta
+quadrature).  A Rosenbrock method has no weights ``b`` on right-hand side values, so with a
+stiff solver the integral is integrated as the state ``q`` of ``q' = R(t, y)``, ``q(t0) = 0``,
+appended to ``y``, by the same method: that is the Rosenbrock (or ESDIRK) quadrature of
+``R`` with the exact Jacobian of the augmented system ``[[J, 0], [R_y, 0]]``.  Its diagonal
+block for ``q`` is zero, so the linear solves need only the user's ``N x N`` LU
+(`_block_solve`); and the local error test looks at ``y`` alone (`_StateErrorOnly`), so
+the steps are those of the solve without an integrand, as with explicit methods.  Every
+sensitivity method then differentiates ``q`` as part of the state.
+
+``sol.integral`` is ``q(t1)`` (a save at ``t1`` appended to the user's save times and
+removed again).  Not with events or ``SaveAt(dense=True)`` (their conditions and the
+interpolant would see the augmented state): those raise in `solve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from ._block_solve import Block, with_blocks
+from ._controllers import AbstractController, IController
+from ._saveat import SaveAt
+from ._solution import Solution
+from .solvers._base import AbstractSolver, AbstractStiffFamily
+
+
+class _StateErrorOnly(AbstractController):
+    """``inner`` applied to the first ``n_state`` components (the quadrature is not
+    error-controlled, as with explicit methods)."""
+
+    inner: AbstractController
+    n_state: int = eqx.field(static=True)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.inner.adaptive
+
+    def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
+        n, rest = self.n_state, y0[self.n_state:]
+
+        def f_state(tau, y):
+            return f(tau, jnp.concatenate([y, rest]))[:n]
+
+        return self.inner.init(f_state, tau0, tau1, y0[:n], k0[:n], dt0, solver, tol, direction)
+
+    def propose(self, tau, h, state):
+        return self.inner.propose(tau, h, state)
+
+    def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
+        n = self.n_state
+        err = None if y_error is None else y_error[:n]
+        return self.inner.adapt(y[:n], y_new[:n], err, k0[:n], h, state, solver, tol)
+
+
+def uses_quadrature_state(solver: Any, integrand: Any, saveat: SaveAt, events: Any) -> bool:
+    """Whether `solve` routes through `solve_with_quadrature_state`."""
+    return (integrand is not None and callable(integrand)
+            and isinstance(solver, AbstractStiffFamily) and not saveat.dense and not events)
+
+
+def solve_with_quadrature_state(
+    solve: Callable[..., Solution], rhs: Callable, integrand: Callable, y0: Any,
+    t0: Any, t1: Any, args: Any, solver: AbstractSolver, saveat: SaveAt,
+    controller: AbstractController | None, **kwargs: Any,
+) -> Solution:
+    """`solve` with ``integrand`` and a stiff solver (module docstring)."""
+    y0 = jax.tree.map(jnp.asarray, y0)
+    dtype = ravel_pytree(y0)[0].dtype
+    t0_ = jnp.asarray(t0, dtype)
+    shapes = jax.eval_shape(integrand, t0_, y0, args)
+    q0 = jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), shapes)
+    n = ravel_pytree(y0)[0].shape[0]
+    num_q = ravel_pytree(q0)[0].shape[0]
+
+    def augmented(t, z, args):
+        y, _ = z
+        return rhs(t, y, args), integrand(t, y, args)
+
+    end = jnp.reshape(jnp.asarray(t1, dtype), (1,))
+    ts = end if saveat.ts is None else jnp.concatenate([jnp.asarray(saveat.ts, dtype), end])
+    if controller is None or controller.adaptive:
+        controller = _StateErrorOnly(IController() if controller is None else controller, n)
+    solver = with_blocks(solver, [Block(start=0, size=n, diagonal="jacobian"),
+                                  Block(start=n, size=num_q, diagonal="zero")])
+    sol = solve(augmented, (y0, q0), t0, t1, args, solver=solver, controller=controller,
+                saveat=SaveAt(ts=ts, land_on_ts=saveat.land_on_ts), **kwargs)
+    ys, qs = sol.ys
+    keep = slice(None) if saveat.ts is None else slice(0, -1)
+    return Solution(
+        ts=sol.ts[keep], ys=jax.tree.map(lambda a: a[keep], ys), steps=sol.steps,
+        integral=jax.tree.map(lambda a: a[-1], qs), stats=sol.stats, result=sol.result,
+    )
