@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._dense import DenseRows, interpolate
+from ._dense import DenseRows
 
 _DIRECTIONS = {1: 1, -1: -1, 0: 0, "rising": 1, "falling": -1, "either": 0}
 
@@ -154,8 +154,15 @@ def locate_roots(phi: Callable[[Array], Array], crossed: Array, f0: Array, dtype
 
 
 def event_state(weights: Any, rows: DenseRows, row: Array, tau: Array) -> Array:
-    """``u(tau)`` on dense-output row ``row``: the state at the event, ``(N,)``."""
-    return interpolate(weights, rows, tau[None], row[None])[0]
+    """``u(tau)`` on dense-output row ``row``: the state at the event, ``(N,)``.
+
+    The interpolant's arithmetic (`_dense.interpolate`), differentiable in the row's time
+    and size too: a segment restarted at an event moves its rows with its start
+    (`_start_time`).
+    """
+    h = rows.h[row][None]
+    theta = (tau[None] - rows.tau[row][None]) / h
+    return weights.combine(theta, rows.y[row][None], h, rows.k[row][None])[0]
 
 
 def event_cotangents(
@@ -168,15 +175,17 @@ def event_cotangents(
     tau_bar: Array,
     y_bar: Array,
     fired: Array,
-) -> tuple[Array, Array, Any, Array]:
+) -> tuple[Array, Array, Any, Array, Array]:
     """Cotangents from the event outputs ``(tau*, u(tau*))`` (module docstring).
 
     ``condition(tau, y, params)`` is the condition that fired, in internal time.  Returns
-    ``(ybar_rows, kbar_rows, pbar, tau_bar_total)``: the cotangents of every row's ``y_n``
-    and slopes (nonzero on ``row`` only), of the parameters (through the condition), and
-    the total cotangent of ``tau*`` (its own plus ``y_bar . u'(tau*)``), which is what a
-    solve that did not fire passes on to ``t1``.  Where ``fired`` is false the implicit
-    function theorem is skipped.
+    ``(ybar_rows, kbar_rows, pbar, tau_bar_total, time_bar)``: the cotangents of every
+    row's ``y_n`` and slopes (nonzero on ``row`` only), of the parameters (through the
+    condition), the total cotangent of ``tau*`` (its own plus ``y_bar . u'(tau*)``), which
+    is what a solve that did not fire passes on to ``t1``, and, where an event fired, the
+    cotangent of ``tau*`` as the time at which the row is read, ``ubar . u'(tau*)`` with
+    ``ubar`` the cotangent of ``u(tau*)`` at fixed time (what moving the row costs,
+    `_start_time`).  Where ``fired`` is false the implicit function theorem is skipped.
     """
 
     def value(y, k, t):
@@ -191,6 +200,8 @@ def event_cotangents(
     gdot = dg_dtau + jnp.vdot(dg_dy, slope)
     # A grazing event (gdot = 0) has no derivative: the division gives inf, not a guess.
     w = jnp.where(fired, -tau_total / jnp.where(fired, gdot, 1), 0)
-    ybar_rows, kbar_rows, _ = vjp(y_bar + w * dg_dy)
+    u_bar = y_bar + w * dg_dy
+    ybar_rows, kbar_rows, _ = vjp(u_bar)
     pbar = jax.tree.map(lambda x: w * x, dg_dp)
-    return ybar_rows, kbar_rows, pbar, jnp.where(fired, 0, tau_total)
+    time_bar = jnp.where(fired, jnp.vdot(u_bar, slope), 0)
+    return ybar_rows, kbar_rows, pbar, jnp.where(fired, 0, tau_total), time_bar

@@ -98,8 +98,8 @@ def jump_segments(
         # into it and not used.
         t0 = jnp.where(active, t_start, problem.t1)
         ts = direction * jnp.clip(taus, direction * t0, tau1)
-        seg_system = eqx.tree_at(lambda s: s.event_zero_start, system, zero_start,
-                                 is_leaf=lambda x: x is None)
+        seg_system = eqx.tree_at(lambda s: (s.event_zero_start, s.event_start), system,
+                                 (zero_start, k > 0), is_leaf=lambda x: x is None)
         out: SolveOutput = sensitivity(seg_system, Problem(
             y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
         e: EventOutput = out.event
