@@ -10,10 +10,12 @@ The segments are the iterations of one `jax.lax.scan` of ``max_events + 1`` segm
 solve that ends early runs empty segments, from ``t1`` to ``t1``), so reverse mode goes
 through the scan to each segment's own derivative rule, and JAX differentiates the jumps:
 the adjoint reaches ``y-`` through ``dJ/dy`` and the event time through ``dJ/dt`` and
-the next segment's start time.  That last derivative is the one `solve` uses for ``t0``:
-``dL/dt0 = -lam_0 . f(t0, y0)`` (the continuous formula), so the saltation term ``f(y+)``
-of the post-event path is the exact flow's; everything else is the exact derivative of
-the computed solution.
+the next segment's start time.  A segment that starts at an event (``System.event_start``)
+is differentiated with respect to its start on its own grid, ``t* + cumsum(h)`` with the
+recorded steps and a last step clipped to ``t1`` (`_start_time`): the discrete
+counterpart of the saltation matrix.  Everything through events is therefore the exact
+derivative of the computed solution; only the first segment's start, the user's ``t0``,
+keeps the continuous rule of every solve (``dL/dt0 = -lam_0 . f(t0, y0)``).
 """
 
 from __future__ import annotations

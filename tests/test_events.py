@@ -1,18 +1,25 @@
 """Events: terminal events, jumps, several conditions, under vmap, and bad input.
 
-Gradients are checked three ways:
+Gradients are checked against
 
-- against an independent replay (`jaxadjoint.replay_on_grid`, the textbook formulas in a
-  scan) on the recorded grid, whose event time is one Newton step of the replayed
-  interpolant from the recorded root (value: the root; derivative: the implicit one),
-  differentiated by JAX: to round-off (``1e-11`` relative, every checkpoint strategy and
-  `DiscreteForward`);
-- against closed forms: a drag-free projectile (landing time and range in launch speed,
-  angle and gravity; the solution is a quadratic, which Dopri5 and its interpolant
-  reproduce to round-off), a bouncing ball's height at fixed times after several bounces
-  (in the restitution coefficient and initial height), and a one-compartment drug model
-  dosed whenever the concentration falls below a threshold (to the solver's tolerance);
-- finite differences are not needed where a closed form exists.
+- an independent replay (`jaxadjoint.replay_on_grid`, the textbook formulas in a scan),
+  whose event time is one Newton step of the replayed interpolant from the recorded root
+  (value: the root; derivative: the implicit one), differentiated by JAX: on the recorded
+  grid for a terminal event, and after each jump on the grid ``t* + cumsum(h)`` (recorded
+  step sizes, a last step clipped to ``t1``) that moves with the replayed event time
+  ``t*``.  To round-off (``1e-11`` relative) for `StoreStates`, `Recursive` and
+  `DiscreteForward`; the replay with the continuous restart rule (``-f dt*``) differs by
+  the solver's error, so these tests see it;
+- closed forms: a drag-free projectile (landing time and range in launch speed, angle
+  and gravity; the solution is a quadratic, which Dopri5 and its interpolant reproduce to
+  round-off), a bouncing ball's heights at fixed times after several bounces and its
+  bounce times (in the restitution coefficient and initial height), and a one-compartment
+  drug model dosed whenever the concentration falls below a threshold (to the solver's
+  tolerance).
+
+The projectile and the ball are each one model with one compiled Jacobian per method,
+shared by the replay, closed-form and vmap tests (the drag-free projectile and the plain
+ball are the models with some parameters set to zero).
 """
 
 from __future__ import annotations
