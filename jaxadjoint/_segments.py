@@ -196,6 +196,11 @@ def check_events(events: tuple[Event, ...], saveat: SaveAt, sensitivity: Abstrac
     if any(not e.terminal for e in events) and isinstance(controller, StepTo):
         raise ValueError("`controller=StepTo(ts)` cannot restart after a jump: use an "
                          "adaptive controller or `ConstantStep`")
+    if any(not e.terminal for e in events) and saveat.land_on_ts:
+        # Steps clipped to save times after a jump would move with the event time in a way
+        # the restart's derivative (`_start_time`) does not follow.
+        raise ValueError("`SaveAt(land_on_ts=True)` is not supported with jumps yet: save "
+                         "times are interpolated exactly (the default `SaveAt(ts)`)")
 
 
 def checked_jump(i: int, jump: Callable, t0: Array, y0: Any, args: Any) -> None:

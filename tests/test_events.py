@@ -452,6 +452,9 @@ def test_bad_event_arguments():
         ja.Event(ground, direction="up")
     with pytest.raises(TypeError, match="events"):
         ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=ground)
+    with pytest.raises(ValueError, match="land_on_ts"):
+        ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=BOUNCE,
+                 saveat=ja.SaveAt(ts=jnp.array([0.5]), land_on_ts=True))
     with pytest.raises(ValueError, match="integrand"):
         ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=LAND,
                  integrand=lambda t, y, a: y)
