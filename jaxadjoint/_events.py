@@ -41,7 +41,8 @@ _DIRECTIONS = {1: 1, -1: -1, 0: 0, "rising": 1, "falling": -1, "either": 0}
 
 
 class Event(eqx.Module):
-    """A zero crossing of ``cond(t, y, args)`` that stops the solve or makes the state jump.
+    """A zero crossing of ``cond(t, y, args)`` that stops the solve, makes the state jump, or
+    is recorded.
 
     Arguments:
         cond: ``cond(t, y, args)``, returning a real scalar.  May close over arrays (they
@@ -50,17 +51,29 @@ class Event(eqx.Module):
             non-negative), ``"falling"`` (``-1``: from positive to non-positive) or
             ``"either"`` (``0``, the default), as the solve proceeds (for ``t1 < t0``,
             as time runs backwards).
-        jump: ``None`` (the default) for a *terminal* event: the solve stops at the event.
-            Otherwise ``jump(t, y, args)`` returns the state just after the event (same
-            structure, shapes and dtypes as ``y``) and integration continues from there.
+        jump: ``None`` (the default), or ``jump(t, y, args)`` returning the state just after
+            the event (same structure, shapes and dtypes as ``y``), from which integration
+            continues.
+        terminal: whether the solve stops at the event.  By default, when there is no
+            ``jump``.  ``terminal=False`` without a ``jump`` *records* the event (its time,
+            state and condition in ``sol.events``) and integration goes on from the same
+            state (restarted at the event time: a new segment, as after a jump).
 
     The event time is located on the solver's continuous extension and differentiated
     exactly (implicit function theorem on the computed interpolant); see `solve`.
     """
 
     cond: Callable[[Array, Any, Any], Any]
-    direction: int = eqx.field(default=0, static=True, converter=lambda d: _direction(d))
-    jump: Callable[[Array, Any, Any], Any] | None = None
+    direction: int = eqx.field(static=True)
+    jump: Callable[[Array, Any, Any], Any] | None
+    terminal: bool = eqx.field(static=True)
+
+    def __init__(self, cond: Callable, direction: int | str = 0, jump: Callable | None = None,
+                 terminal: bool | None = None):
+        self.cond = cond
+        self.direction = _direction(direction)
+        self.jump = jump
+        self.terminal = jump is None if terminal is None else terminal
 
     def __check_init__(self) -> None:
         if not callable(self.cond):
@@ -69,11 +82,12 @@ class Event(eqx.Module):
         if self.jump is not None and not callable(self.jump):
             raise TypeError(f"`Event.jump` must be None or callable as jump(t, y, args), got "
                             f"{type(self.jump).__name__}")
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the solve stops at this event (it has no ``jump``)."""
-        return self.jump is None
+        if not isinstance(self.terminal, bool):
+            raise TypeError(f"`Event.terminal` must be None, True or False, got "
+                            f"{self.terminal!r}")
+        if self.terminal and self.jump is not None:
+            raise ValueError("`Event(..., jump=J, terminal=True)`: an event with a `jump` "
+                             "continues the solve; drop `jump` for an event that stops it")
 
 
 def _direction(d: Any) -> int:

@@ -5,7 +5,9 @@ loop stops at the first event (`_events`), and the method's derivative rule diff
 the event time and state.
 
 With jumps ``y+ = J(t*, y-, args)`` the solve is a sequence of such segments: segment
-``k + 1`` starts at the event time ``t*_k`` of segment ``k`` from ``J(t*_k, u(t*_k))``.
+``k + 1`` starts at the event time ``t*_k`` of segment ``k`` from ``J(t*_k, u(t*_k))``
+(an event that is only recorded, ``terminal=False`` without a jump, is the jump
+``J(t, y) = y``).
 The segments are the iterations of one `jax.lax.scan` of ``max_events + 1`` segments (a
 solve that ends early runs empty segments, from ``t1`` to ``t1``), so reverse mode goes
 through the scan to each segment's own derivative rule, and JAX differentiates the jumps:
@@ -228,16 +230,18 @@ def solve_events(system: System, problem: Problem, sensitivity: AbstractSensitiv
             if e.jump is not None:
                 checked_jump(i, e.jump, problem.t0, y0, args)
 
-        def flat_jump(jump):
-            if jump is None:
+        def flat_jump(event):
+            if event.terminal:
                 return None
-            return lambda t, y: ravel_pytree(jump(t, unravel_y(y), args))[0]
+            if event.jump is None:
+                return lambda t, y: y  # recorded only: the solve goes on from u(t*)
+            return lambda t, y: ravel_pytree(event.jump(t, unravel_y(y), args))[0]
 
         def conditions(t, y):
             return system.conditions(problem.direction * t, y, problem.params,
                                      problem.direction)
 
-        jumps = tuple(flat_jump(e.jump) for e in events)
+        jumps = tuple(flat_jump(e) for e in events)
         out = jump_segments(sensitivity, system, problem, jumps, conditions, max_events)
     if saveat.ts is None:
         ts, ys = out.t_end[None], out.y_end[None]

@@ -414,6 +414,35 @@ def test_jumps_and_a_terminal_event_together():
     np.testing.assert_allclose(jac, [[0.0, -2.0], [1.0, 1.0]], atol=1e-13)
 
 
+def decay(t, y, k):
+    return -k * y
+
+
+def test_recorded_events():
+    """Events only recorded (``terminal=False``, no jump) on ``y' = -k y``, ``y(0) = 1``: the
+    half-life and the quarter-life, in time order, the solution unchanged by them; their
+    derivatives in ``k`` are the closed forms."""
+    events = [ja.Event(lambda t, y, k: y[0] - 0.25, terminal=False),
+              ja.Event(lambda t, y, k: y[0] - 0.5, terminal=False)]
+
+    def run(k):
+        sol = ja.solve(decay, jnp.array([1.0]), 0.0, 3.0, k, events=events,
+                       saveat=jnp.array([0.5, 2.5]), rtol=1e-10, atol=1e-10, max_events=4)
+        out = jnp.concatenate([sol.events.times[:2], sol.ys[:, 0]])
+        return out, (out, sol)
+
+    def closed(k):
+        return jnp.stack([jnp.log(2.0) / k, jnp.log(4.0) / k, jnp.exp(-0.5 * k),
+                          jnp.exp(-2.5 * k)])
+
+    k = jnp.array(0.9)
+    jac, (out, sol) = jax.jit(jax.jacrev(run, has_aux=True))(k)
+    assert sol.result == ja.RESULTS.successful and int(sol.events.count) == 2
+    assert list(np.asarray(sol.events.which[:3])) == [1, 0, -1]
+    np.testing.assert_allclose(out, closed(k), rtol=1e-9)
+    np.testing.assert_allclose(jac, jax.jacfwd(closed)(k), rtol=1e-8)
+
+
 # --- failures -------------------------------------------------------------------------------
 
 
@@ -450,6 +479,8 @@ def test_unsupported_sensitivities_raise(sensitivity):
 def test_bad_event_arguments():
     with pytest.raises(ValueError, match="direction"):
         ja.Event(ground, direction="up")
+    with pytest.raises(ValueError, match="terminal=True"):
+        ja.Event(ground, jump=rebound, terminal=True)
     with pytest.raises(TypeError, match="events"):
         ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=ground)
     with pytest.raises(ValueError, match="land_on_ts"):
