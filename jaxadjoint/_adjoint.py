@@ -97,7 +97,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     checkpoint = sens.checkpoint
     ys_bar, integral_bar, _, dense_bar, event_bar = grad_obj
     # A segment restarted at an event: the exact derivative of its start time needs that of
-    # a shift of every stage and condition time, one more parameter (`_start_time`).
+    # a shift of every stage time, one more parameter (`_start_time`).
     restart = system.event_start is not None and bool(perturbed.t0)
     if restart:
         system, problem = start_shifted(system, problem)

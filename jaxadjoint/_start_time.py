@@ -14,28 +14,28 @@ So ``t*`` enters the computed solution through
 In internal time (`_system`), moving every grid point by ``d`` with the steps kept is a
 shift of time, whose derivative is
 
-    T = sbar - sum_p ubar_p . u'(tau_p)
+    T = direction * sbar - sum_p ubar_p . u'(tau_p)
 
-``sbar`` is the cotangent of an offset ``s`` added to every time argument of the
+``sbar`` is the cotangent of an offset ``s`` added to every (real) time argument of the
 right-hand side: the reverse sweep computes it as one more parameter (`StartShifted`).
 The sum runs over the points read on the rows of the steps (saves, and the event, whose
 ``ubar`` includes its implicit derivative, `_events.event_cotangents`): each is read at a
-``theta`` smaller by ``d / h``.  (A condition is not shifted: it is evaluated at the
-event time itself, which the implicit derivative moves.)  The last grid point ``t_N = t1`` of a
+``theta`` smaller by ``d / h``.  A condition is not shifted: it is evaluated at the event
+time itself, which the implicit derivative moves.  The last grid point ``t_N = t1`` of a
 clipped step stays: its own derivative
 
     H = lam_N . dy_N/dh + kbar . (dk/dh + k / h) - sum_{p on its row} theta_p ubar_p . u'(tau_p)
 
 comes off.  ``y_N`` and the last row's slopes ``k`` as functions of the step size are
-differentiated by one `jax.jvp` of the step (the solver's own, which covers stage times
-``t_n + c_m h`` too); ``kbar`` is the slopes' cotangent from the points on the row and
-``lam_N`` the final state's; the ``k / h`` and ``theta`` terms are the interpolant's own
-dependence on ``h``.  So ``dL/dt* = T - H`` when the last step was clipped to ``t1`` and
-``T`` when the segment ended at an event.  Points on the final state's row lie at
-``t_N`` itself and do not move relative to it.  Every term is the derivative of what was
-computed: the reverse pass (`restart_cotangent`) and the forward-mode replay, which moves
-the recorded grid instead (`moved_record`), agree with a replay on the grid
-``t* + cumsum(h)`` differentiated by JAX to round-off.
+differentiated by one `jax.jvp` of the step (the solver's own, which covers the stage
+times ``t_n + c_m h`` too); ``kbar`` is the slopes' cotangent from the points on the row
+and ``lam_N`` the final state's; the ``k / h`` and ``theta`` terms are the interpolant's
+own dependence on ``h``.  So ``dL/dtau* = T - H`` when the last step was clipped to ``t1``
+(an event may have fired in it) and ``T`` otherwise.  Points on the final state's row lie
+at ``t_N`` and move with it: they are in neither sum.  Every term is the derivative of
+what was computed: the reverse pass (`restart_cotangent`) and the forward-mode replay,
+which moves the recorded grid instead (`moved_record`), agree with a replay on the grid
+``t* + cumsum(h)`` differentiated by JAX to round-off (`tests/test_events.py`).
 
 The first segment starts at the user's ``t0``, whose derivative keeps the rule of every
 solve (``dL/dt0 = -lam_0 . f(t0, y0)``, DESIGN).
@@ -106,8 +106,8 @@ def restart_cotangent(
     event_tau: Array,
     event_time_bar: Array,
 ) -> Array:
-    """``dL/dtau*`` of a restarted segment through its grid (internal time): ``T - sbar``,
-    less ``H`` if its last step was clipped (module docstring).
+    """``dL/dtau*`` of a restarted segment through its grid (internal time): ``T`` without
+    its ``sbar`` term, less ``H`` if the last step was clipped (module docstring).
 
     ``taus_bar`` is each save's ``ybar . u'(tau)`` (`_dense.row_cotangents`) and
     ``event_time_bar`` the event's ``ubar . u'(tau*)`` (zero if none fired).  The forward
