@@ -189,20 +189,29 @@ FREE = jnp.array([0.8, 2.0, 0.0, 0.0, 0.0])  # a plain bouncing ball: closed for
 FORCED = jnp.array([0.8, 2.0, 1.5, 0.1, 0.05])
 
 
-def bouncing(p, sensitivity=ja.DiscreteAdjoint(), max_events=8):
-    """Heights and velocities at BALL_TS and the first three bounce times; and the solution."""
-    sol = ja.solve(ball, jnp.stack([p[1], jnp.zeros_like(p[1])]), 0.0, T1, p, events=BOUNCE,
-                   saveat=BALL_TS, rtol=1e-8, atol=1e-8, max_events=max_events,
+FORWARD = jnp.array([0.0, T1])  # (t0, t1): traced, so that both directions share a compile
+BACKWARD = jnp.array([T1, 0.0])
+
+
+def bouncing(p, sensitivity=ja.DiscreteAdjoint(), span=FORWARD, ts=BALL_TS, max_events=8):
+    """Heights and velocities at ``ts`` and the first three bounce times; and the solution."""
+    sol = ja.solve(ball, jnp.stack([p[1], jnp.zeros_like(p[1])]), span[0], span[1], p,
+                   events=BOUNCE, saveat=ts, rtol=1e-8, atol=1e-8, max_events=max_events,
                    sensitivity=sensitivity, max_steps=64, throw=False)
     out = jnp.concatenate([sol.ys[:, 0], sol.ys[:, 1], jnp.nan_to_num(sol.events.times[:3])])
     return out, (out, sol)
 
 
 @eqx.filter_jit
-def ball_jacobian(p, sensitivity=ja.DiscreteAdjoint()):
-    """``d bouncing / dp`` with ``(outputs, sol)``: one compilation per method, shared."""
+def _ball_jacobian(p, sensitivity, span, ts):
     jac = jax.jacfwd if isinstance(sensitivity, ja.DiscreteForward) else jax.jacrev
-    return jac(bouncing, has_aux=True)(p, sensitivity)
+    return jac(bouncing, has_aux=True)(p, sensitivity, span, ts)
+
+
+def ball_jacobian(p, sensitivity=ja.DiscreteAdjoint(), span=FORWARD, ts=BALL_TS):
+    """``d bouncing / dp`` with ``(outputs, sol)``: one compilation per method, shared (the
+    arguments always passed alike: `equinox.filter_jit` keys on how they are passed)."""
+    return _ball_jacobian(p, sensitivity, span, ts)
 
 
 def ball_closed_form(p, bounces):
@@ -241,9 +250,9 @@ def test_bouncing_ball_closed_form():
 
 
 @jax.jit
-def replay_segment(p, y, t_start, grid, clipped, t_end, discrete):
+def replay_segment(p, y, t_start, grid, clipped, t_end, discrete, ts):
     """One segment of the ball replayed on ``grid`` (`replay_event`, the textbook formulas):
-    ``(bounce time, state just before it, states at BALL_TS)``.
+    ``(bounce time, state just before it, states at ts)``.
 
     With ``discrete = 1`` the grid is ``t_start + cumsum(h)`` with the recorded step sizes
     ``h``, except the points marked ``clipped`` (a last step that the solve clipped to end on
@@ -257,27 +266,31 @@ def replay_segment(p, y, t_start, grid, clipped, t_end, discrete):
     grid = grid + discrete * (moved - grid)  # exactly one or the other
     dt = t_start - jax.lax.stop_gradient(t_start)
     y = y - (1 - discrete) * dt * ball(t_start, y, p)
-    return replay_event(ball, ja.Dopri5(), y, p, grid, floor, t_end, BALL_TS)
+    return replay_event(ball, ja.Dopri5(), y, p, grid, floor, t_end, ts)
 
 
-def ball_replay(sol):
+def ball_replay(sol, span=FORWARD, ts=BALL_TS):
     """``replay(p, discrete)``: the ball replayed segment after segment (`replay_segment`),
     joined by the jumps; a function of ``p`` for JAX to differentiate."""
     steps, times = np.asarray(sol.steps), np.asarray(sol.events.times)
     count = int(sol.events.count)
     grids = [steps[k][np.isfinite(steps[k])] for k in range(count + 1)]
     size = max(len(g) for g in grids) + 1
+    t0, t1 = (float(t) for t in span)
+    sign = 1.0 if t1 > t0 else -1.0
 
     def replay(p, discrete):
-        y, t_start = jnp.stack([p[1], jnp.zeros_like(p[1])]), 0.0 * p[0]
-        ys, bounce_times = jnp.zeros((BALL_TS.shape[0], 2)), []
+        y, t_start = jnp.stack([p[1], jnp.zeros_like(p[1])]), t0 + 0.0 * p[0]
+        ys, bounce_times = jnp.zeros((ts.shape[0], 2)), []
         for k, grid in enumerate(grids):
-            padded = np.concatenate([grid, grid[-1] + np.arange(1.0, size - len(grid) + 1)])
-            clipped = np.arange(size) == (len(grid) - 1 if grid[-1] == T1 else -1)
-            t_end = T1 if k == count else times[k]
+            past_end = grid[-1] + sign * np.arange(1.0, size - len(grid) + 1)
+            padded = np.concatenate([grid, past_end])
+            clipped = np.arange(size) == (len(grid) - 1 if grid[-1] == t1 else -1)
+            t_end = t1 if k == count else times[k]
             t_event, y_minus, ys_k = replay_segment(p, y, t_start, padded, clipped, t_end,
-                                                    discrete)
-            inside = (BALL_TS >= grid[0]) & (BALL_TS <= t_end)
+                                                    discrete, ts)
+            lo, hi = sorted((grid[0], t_end))
+            inside = (ts >= lo) & (ts <= hi)
             ys = jnp.where(inside[:, None], ys_k, ys)
             bounce_times.append(t_event)
             t_start, y = t_event, rebound(t_event, y_minus, p)
@@ -321,6 +334,20 @@ def test_jump_gradient_matches_segment_replay(forced_ball, sensitivity):
     assert helpers.max_rel_diff(jac, want) < 1e-11
     # The test can fail: the continuous restart rule is off by the solver's error.
     assert helpers.max_rel_diff(old, want) > 1e-9
+
+
+def test_jump_gradient_backward_in_time(forced_ball):
+    """The forced ball from ``t = T1`` back to 0: time runs backwards in every segment (the
+    same compiled functions: the direction is traced)."""
+    ts = BALL_TS[::-1]
+    jac, (out, sol) = ball_jacobian(FORCED, span=BACKWARD, ts=ts)
+    assert sol.result == ja.RESULTS.successful and int(sol.events.count) >= 2
+    replay = ball_replay(sol, BACKWARD, ts)
+    want, value = jax.jacfwd(lambda p: (replay(p, 1.0), replay(p, 1.0)), has_aux=True)(FORCED)
+    np.testing.assert_allclose(value, out, rtol=1e-12, atol=1e-14)
+    assert helpers.max_rel_diff(jac, want) < 1e-11
+    forward, _ = ball_jacobian(FORCED, ja.DiscreteForward(), span=BACKWARD, ts=ts)
+    assert helpers.max_rel_diff(forward, want) < 1e-11
 
 
 def dosing(t, y, args):
