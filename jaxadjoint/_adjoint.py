@@ -11,7 +11,9 @@ cotangents go to the step's start state and, with weights ``h b_m(theta)``, to i
 slopes, which the sweep adds when it reverses that step.  The derivative with respect to
 a save time is the interpolant's time derivative.  ``t0`` and ``t1`` use the continuous
 formulas ``dL/dt0 = -lam_0 . f(t0, y0) - mu . R(t0, y0)`` and ``dL/dt1 = mu . R(t1, y(t1))``
-(plus the save at ``t1`` when ``saveat`` is ``None``, whose time is ``t1``).
+(plus the save at ``t1`` when ``saveat`` is ``None``, whose time is ``t1``), except the
+start of a segment restarted at an event, which is differentiated on its grid
+(`_start_time`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ._forward import EventRecord, ForwardOutput, Recorder, forward_loop, padded
 from ._results import RESULTS
 from ._reverse import SaveCotangents, last_end_stage_adjoint, tree_add
 from ._sensitivity_base import AbstractSensitivity, EventOutput, Record, SolveOutput
+from ._start_time import restart_cotangent, start_shifted
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
@@ -93,6 +96,11 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     store, grid, num_accepted, rows, y_final, integral, result, stats, event = residuals
     checkpoint = sens.checkpoint
     ys_bar, integral_bar, _, dense_bar, event_bar = grad_obj
+    # A segment restarted at an event: the exact derivative of its start time needs that of
+    # a shift of every stage time, one more parameter (`_start_time`).
+    restart = system.event_start is not None and bool(perturbed.t0)
+    if restart:
+        system, problem = start_shifted(system, problem)
     params, direction = problem.params, problem.direction
     taus = direction * problem.ts
     # Outputs the loss does not use have no cotangent: they contribute zero.
@@ -112,14 +120,15 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     if event is not None:
         # Saves after a terminal event are NaN constants.
         ys_bar = jnp.where((taus > event.tau)[:, None], 0, ys_bar)
-    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar, bool(perturbed.ts))
+    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar,
+                                          bool(perturbed.ts) or restart)
     if system.dense:
         dense_ybar, dense_kbar = _dense_cotangent(dense_bar, rows)
         ybar, kbar = ybar + dense_ybar, kbar + dense_kbar
     pbar = jax.tree.map(jnp.zeros_like, params)
-    t1_event_bar = None
+    t1_event_bar = event_time_bar = None
     if event is not None:
-        ybar_e, kbar_e, pbar, t1_event_bar = _event_cotangents(
+        ybar_e, kbar_e, pbar, t1_event_bar, event_time_bar = _event_cotangents(
             system, problem, rows, event, event_bar)
         ybar, kbar = ybar + ybar_e, kbar + kbar_e
     interpolating = system.interpolate_saves or system.dense
@@ -145,6 +154,12 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     if perturbed.t0:
         slope = system.rhs(problem.t0, problem.y0, params)
         t0_bar = -jnp.vdot(lam, slope) - integrand_dot(problem.t0, problem.y0)
+    if restart:
+        pbar, shift_bar = pbar
+        at_event = shift_bar + direction * restart_cotangent(
+            system, params, direction, rows, grid, num_accepted, direction * problem.t1,
+            saves, taus, taus_bar, event.row, event.tau, event_time_bar)
+        t0_bar = jnp.where(system.event_start, at_event, t0_bar)
     if perturbed.t1:
         t1_bar = integrand_dot(problem.t1, y_final)
         if t1_event_bar is not None:
@@ -158,7 +173,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
 
 def _event_cotangents(
     system: System, problem: Problem, rows: DenseRows, event: EventRecord, event_bar: Any
-) -> tuple[Array, Array, Any, Array]:
+) -> tuple[Array, Array, Any, Array, Array]:
     """Row and parameter cotangents of the event outputs (`_events.event_cotangents`)."""
     params, direction = problem.params, problem.direction
     dtype = problem.y0.dtype

@@ -20,7 +20,8 @@ hand-written reverse pass.
 
 Times use the continuous formulas of every method: ``dy(t_i)/dt_i = f(t_i, y(t_i))``, a
 perturbation of ``t0`` enters as ``ydot_0 = -f(t0, y0) t0dot`` (and ``-R(t0, y0) t0dot``
-for the integral), and ``dq/dt1 = R(t1, y(t1))``.
+for the integral), and ``dq/dt1 = R(t1, y(t1))``; the start of a segment restarted at an
+event moves the recorded grid instead (`_start_time`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._events import event_state
 from ._forward import EventRecord, Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
 from ._sensitivity_common import integrand_or_empty, materialise_tangent
+from ._start_time import interpolate_moved, moved_record
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
@@ -85,6 +87,12 @@ def replay(
     plan = system.stage_plan
     t0, t1 = problem.t0, problem.t1
     dt0 = t0 - jax.lax.stop_gradient(t0)
+    restart = system.event_start is not None
+    if restart:
+        # A segment restarted at an event moves its grid with its start (`_start_time`).
+        grid, rows = moved_record(grid, num_accepted, rows, direction * t1,
+                                  jnp.where(system.event_start, direction * dt0, 0))
+        dt0 = jnp.where(system.event_start, 0, dt0)
     y0 = problem.y0 - dt0 * system.rhs(t0, problem.y0, params)
 
     def f(tau, y):
@@ -123,7 +131,10 @@ def replay(
     row_y = row_y.at[last].set(y_final)
     row_k = row_k.at[last].set(final_row_slopes(plan, f(tau_final, y_final)))
     final = eqx.tree_at(lambda r: (r.y, r.k), rows, (row_y, row_k))
-    ys = interpolate(plan.weights, final, direction * problem.ts, save_rows(final))
+    if restart:
+        ys = interpolate_moved(plan.weights, final, direction * problem.ts)
+    else:
+        ys = interpolate(plan.weights, final, direction * problem.ts, save_rows(final))
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         q = (q - dt0 * system.integrand(t0, problem.y0, params)

@@ -35,13 +35,14 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._dense import DenseRows, interpolate
+from ._dense import DenseRows
 
 _DIRECTIONS = {1: 1, -1: -1, 0: 0, "rising": 1, "falling": -1, "either": 0}
 
 
 class Event(eqx.Module):
-    """A zero crossing of ``cond(t, y, args)`` that stops the solve or makes the state jump.
+    """A zero crossing of ``cond(t, y, args)`` that stops the solve, makes the state jump, or
+    is recorded.
 
     Arguments:
         cond: ``cond(t, y, args)``, returning a real scalar.  May close over arrays (they
@@ -50,17 +51,29 @@ class Event(eqx.Module):
             non-negative), ``"falling"`` (``-1``: from positive to non-positive) or
             ``"either"`` (``0``, the default), as the solve proceeds (for ``t1 < t0``,
             as time runs backwards).
-        jump: ``None`` (the default) for a *terminal* event: the solve stops at the event.
-            Otherwise ``jump(t, y, args)`` returns the state just after the event (same
-            structure, shapes and dtypes as ``y``) and integration continues from there.
+        jump: ``None`` (the default), or ``jump(t, y, args)`` returning the state just after
+            the event (same structure, shapes and dtypes as ``y``), from which integration
+            continues.
+        terminal: whether the solve stops at the event.  By default, when there is no
+            ``jump``.  ``terminal=False`` without a ``jump`` *records* the event (its time,
+            state and condition in ``sol.events``) and integration goes on from the same
+            state (restarted at the event time: a new segment, as after a jump).
 
     The event time is located on the solver's continuous extension and differentiated
     exactly (implicit function theorem on the computed interpolant); see `solve`.
     """
 
     cond: Callable[[Array, Any, Any], Any]
-    direction: int = eqx.field(default=0, static=True, converter=lambda d: _direction(d))
-    jump: Callable[[Array, Any, Any], Any] | None = None
+    direction: int = eqx.field(static=True)
+    jump: Callable[[Array, Any, Any], Any] | None
+    terminal: bool = eqx.field(static=True)
+
+    def __init__(self, cond: Callable, direction: int | str = 0, jump: Callable | None = None,
+                 terminal: bool | None = None):
+        self.cond = cond
+        self.direction = _direction(direction)
+        self.jump = jump
+        self.terminal = jump is None if terminal is None else terminal
 
     def __check_init__(self) -> None:
         if not callable(self.cond):
@@ -69,11 +82,12 @@ class Event(eqx.Module):
         if self.jump is not None and not callable(self.jump):
             raise TypeError(f"`Event.jump` must be None or callable as jump(t, y, args), got "
                             f"{type(self.jump).__name__}")
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the solve stops at this event (it has no ``jump``)."""
-        return self.jump is None
+        if not isinstance(self.terminal, bool):
+            raise TypeError(f"`Event.terminal` must be None, True or False, got "
+                            f"{self.terminal!r}")
+        if self.terminal and self.jump is not None:
+            raise ValueError("`Event(..., jump=J, terminal=True)`: an event with a `jump` "
+                             "continues the solve; drop `jump` for an event that stops it")
 
 
 def _direction(d: Any) -> int:
@@ -154,8 +168,15 @@ def locate_roots(phi: Callable[[Array], Array], crossed: Array, f0: Array, dtype
 
 
 def event_state(weights: Any, rows: DenseRows, row: Array, tau: Array) -> Array:
-    """``u(tau)`` on dense-output row ``row``: the state at the event, ``(N,)``."""
-    return interpolate(weights, rows, tau[None], row[None])[0]
+    """``u(tau)`` on dense-output row ``row``: the state at the event, ``(N,)``.
+
+    The interpolant's arithmetic (`_dense.interpolate`), differentiable in the row's time
+    and size too: a segment restarted at an event moves its rows with its start
+    (`_start_time`).
+    """
+    h = rows.h[row][None]
+    theta = (tau[None] - rows.tau[row][None]) / h
+    return weights.combine(theta, rows.y[row][None], h, rows.k[row][None])[0]
 
 
 def event_cotangents(
@@ -168,15 +189,17 @@ def event_cotangents(
     tau_bar: Array,
     y_bar: Array,
     fired: Array,
-) -> tuple[Array, Array, Any, Array]:
+) -> tuple[Array, Array, Any, Array, Array]:
     """Cotangents from the event outputs ``(tau*, u(tau*))`` (module docstring).
 
     ``condition(tau, y, params)`` is the condition that fired, in internal time.  Returns
-    ``(ybar_rows, kbar_rows, pbar, tau_bar_total)``: the cotangents of every row's ``y_n``
-    and slopes (nonzero on ``row`` only), of the parameters (through the condition), and
-    the total cotangent of ``tau*`` (its own plus ``y_bar . u'(tau*)``), which is what a
-    solve that did not fire passes on to ``t1``.  Where ``fired`` is false the implicit
-    function theorem is skipped.
+    ``(ybar_rows, kbar_rows, pbar, tau_bar_total, time_bar)``: the cotangents of every
+    row's ``y_n`` and slopes (nonzero on ``row`` only), of the parameters (through the
+    condition), the total cotangent of ``tau*`` (its own plus ``y_bar . u'(tau*)``), which
+    is what a solve that did not fire passes on to ``t1``, and, where an event fired, the
+    cotangent of ``tau*`` as the time at which the row is read, ``ubar . u'(tau*)`` with
+    ``ubar`` the cotangent of ``u(tau*)`` at fixed time (what moving the row costs,
+    `_start_time`).  Where ``fired`` is false the implicit function theorem is skipped.
     """
 
     def value(y, k, t):
@@ -191,6 +214,8 @@ def event_cotangents(
     gdot = dg_dtau + jnp.vdot(dg_dy, slope)
     # A grazing event (gdot = 0) has no derivative: the division gives inf, not a guess.
     w = jnp.where(fired, -tau_total / jnp.where(fired, gdot, 1), 0)
-    ybar_rows, kbar_rows, _ = vjp(y_bar + w * dg_dy)
+    u_bar = y_bar + w * dg_dy
+    ybar_rows, kbar_rows, _ = vjp(u_bar)
     pbar = jax.tree.map(lambda x: w * x, dg_dp)
-    return ybar_rows, kbar_rows, pbar, jnp.where(fired, 0, tau_total)
+    time_bar = jnp.where(fired, jnp.vdot(u_bar, slope), 0)
+    return ybar_rows, kbar_rows, pbar, jnp.where(fired, 0, tau_total), time_bar

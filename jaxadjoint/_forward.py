@@ -379,6 +379,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                 crossed = accept & crossings(c["g"], g_end, directions)
                 fires = jnp.any(crossed)
                 has_row = has_row | fires
+                if system.event_start is not None:
+                    # A segment of a solve with jumps: the reverse pass re-takes a last
+                    # step clipped to t1 from its row (`_start_time`).
+                    has_row = has_row | (accept & (tau_next >= tau1))
             slopes = row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row)
             if has_events:
                 theta, which = jax.lax.cond(

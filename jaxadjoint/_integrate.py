@@ -177,10 +177,11 @@ def solve(
             earliest crossing wins; a terminal event (no ``jump``) ends the solve there
             (``sol.ts``/``sol.ys`` with ``saveat=None`` are then the event time and state,
             and saves after it are NaN), an event with a ``jump`` restarts the solve from
-            ``jump(t*, y(t*), args)``.  ``sol.events`` says which fired, when, and how
-            many times.  Event times and states are differentiated exactly (the implicit
-            function theorem on the computed interpolant).
-        max_events: with jumps, the most jumps the solve may take
+            ``jump(t*, y(t*), args)``, and one with ``terminal=False`` and no jump is
+            recorded and restarts it from ``y(t*)``.  ``sol.events`` says which fired,
+            when, and how many times.  Event times and states are differentiated exactly
+            (the implicit function theorem on the computed interpolant).
+        max_events: with jumps (or recorded events), the most the solve may take
             (`RESULTS.max_events_reached` after that); the solve runs ``max_events + 1``
             segments, each with buffers of ``max_steps``.
 

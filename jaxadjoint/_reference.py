@@ -37,7 +37,9 @@ def replay_on_grid(
         method: a solver (e.g. ``Dopri5()``) or its tableau.
         y0, args: as for `solve`.
         grid: the times ``t_0, ..., t_T`` (``inf`` entries, as in ``sol.steps``, are
-            dropped); must be concrete.
+            dropped).  May be traced, to differentiate with respect to the grid's times
+            (e.g. a grid ``t0 + cumsum(h)`` that moves with its start); its entries must
+            then all be finite.
         saveat: times at which to return the state, each evaluated with the method's
             continuous extension on the grid step that contains it (``theta = 1`` of the
             last step for ``t_T``), as `solve` does; ``None`` returns the final state with
@@ -49,8 +51,11 @@ def replay_on_grid(
     """
     tableau = method if isinstance(method, ButcherTableau) else method.tableau
     interp = _interpolants.interpolant_for(tableau)
-    grid = np.asarray(grid)
-    grid = grid[np.isfinite(grid)]
+    try:
+        grid = np.asarray(grid)
+        grid = grid[np.isfinite(grid)]
+    except jax.errors.TracerArrayConversionError:
+        pass  # a traced grid: its times are differentiated
     s = tableau.num_stages
     e = interp.c_extra.shape[0]
     # The step's stages, then the interpolant's extra stages, in one lower-triangular table.
@@ -81,8 +86,12 @@ def replay_on_grid(
         return (y_new, q), (y, ks)
 
     dtype = jnp.result_type(*jax.tree.leaves(y0))
-    starts = jnp.asarray(grid[:-1], dtype)
-    steps = jnp.asarray(grid[1:] - grid[:-1], dtype)
+    if isinstance(grid, np.ndarray):
+        starts = jnp.asarray(grid[:-1], dtype)
+        steps = jnp.asarray(grid[1:] - grid[:-1], dtype)
+    else:
+        grid = grid.astype(dtype)
+        starts, steps = grid[:-1], grid[1:] - grid[:-1]
     q0 = None
     if integrand is not None:
         q0 = jax.tree.map(jnp.zeros_like, integrand(starts[0], y0, args))
@@ -91,11 +100,12 @@ def replay_on_grid(
         return jax.tree.map(lambda x: x[None], y_final), q
     # Each save on the step t_n <= t < t_{n+1} (the last step for t = t_T), in real time.
     times = jnp.asarray(saveat, dtype)
-    forward = grid[-1] >= grid[0]
-    sorted_grid = grid if forward else -grid
-    taus = times if forward else -times
-    index = jnp.clip(jnp.searchsorted(jnp.asarray(sorted_grid[:-1]), taus, side="right") - 1,
-                     0, len(grid) - 2)
+    # The step of each save (not differentiated), on the grid sorted forward in time.
+    sign = jnp.where(grid[-1] >= grid[0], 1, -1)
+    sorted_grid = jax.lax.stop_gradient(sign * jnp.asarray(grid))
+    taus = jax.lax.stop_gradient(sign.astype(dtype) * times)
+    index = jnp.clip(jnp.searchsorted(sorted_grid[:-1], taus, side="right") - 1,
+                     0, grid.shape[0] - 2)
     theta = (times - starts[index]) / steps[index]
     weights = _interpolants.weights_at(interp, theta)  # (n_save, s + e)
 

@@ -5,15 +5,19 @@ loop stops at the first event (`_events`), and the method's derivative rule diff
 the event time and state.
 
 With jumps ``y+ = J(t*, y-, args)`` the solve is a sequence of such segments: segment
-``k + 1`` starts at the event time ``t*_k`` of segment ``k`` from ``J(t*_k, u(t*_k))``.
+``k + 1`` starts at the event time ``t*_k`` of segment ``k`` from ``J(t*_k, u(t*_k))``
+(an event that is only recorded, ``terminal=False`` without a jump, is the jump
+``J(t, y) = y``).
 The segments are the iterations of one `jax.lax.scan` of ``max_events + 1`` segments (a
 solve that ends early runs empty segments, from ``t1`` to ``t1``), so reverse mode goes
 through the scan to each segment's own derivative rule, and JAX differentiates the jumps:
 the adjoint reaches ``y-`` through ``dJ/dy`` and the event time through ``dJ/dt`` and
-the next segment's start time.  That last derivative is the one `solve` uses for ``t0``:
-``dL/dt0 = -lam_0 . f(t0, y0)`` (the continuous formula), so the saltation term ``f(y+)``
-of the post-event path is the exact flow's; everything else is the exact derivative of
-the computed solution.
+the next segment's start time.  A segment that starts at an event (``System.event_start``)
+is differentiated with respect to its start on its own grid, ``t* + cumsum(h)`` with the
+recorded steps and a last step clipped to ``t1`` (`_start_time`): the discrete
+counterpart of the saltation matrix.  Everything through events is therefore the exact
+derivative of the computed solution; only the first segment's start, the user's ``t0``,
+keeps the continuous rule of every solve (``dL/dt0 = -lam_0 . f(t0, y0)``).
 """
 
 from __future__ import annotations
@@ -98,8 +102,8 @@ def jump_segments(
         # into it and not used.
         t0 = jnp.where(active, t_start, problem.t1)
         ts = direction * jnp.clip(taus, direction * t0, tau1)
-        seg_system = eqx.tree_at(lambda s: s.event_zero_start, system, zero_start,
-                                 is_leaf=lambda x: x is None)
+        seg_system = eqx.tree_at(lambda s: (s.event_zero_start, s.event_start), system,
+                                 (zero_start, k > 0), is_leaf=lambda x: x is None)
         out: SolveOutput = sensitivity(seg_system, Problem(
             y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
         e: EventOutput = out.event
@@ -194,6 +198,11 @@ def check_events(events: tuple[Event, ...], saveat: SaveAt, sensitivity: Abstrac
     if any(not e.terminal for e in events) and isinstance(controller, StepTo):
         raise ValueError("`controller=StepTo(ts)` cannot restart after a jump: use an "
                          "adaptive controller or `ConstantStep`")
+    if any(not e.terminal for e in events) and saveat.land_on_ts:
+        # Steps clipped to save times after a jump would move with the event time in a way
+        # the restart's derivative (`_start_time`) does not follow.
+        raise ValueError("`SaveAt(land_on_ts=True)` is not supported with jumps yet: save "
+                         "times are interpolated exactly (the default `SaveAt(ts)`)")
 
 
 def checked_jump(i: int, jump: Callable, t0: Array, y0: Any, args: Any) -> None:
@@ -221,16 +230,18 @@ def solve_events(system: System, problem: Problem, sensitivity: AbstractSensitiv
             if e.jump is not None:
                 checked_jump(i, e.jump, problem.t0, y0, args)
 
-        def flat_jump(jump):
-            if jump is None:
+        def flat_jump(event):
+            if event.terminal:
                 return None
-            return lambda t, y: ravel_pytree(jump(t, unravel_y(y), args))[0]
+            if event.jump is None:
+                return lambda t, y: y  # recorded only: the solve goes on from u(t*)
+            return lambda t, y: ravel_pytree(event.jump(t, unravel_y(y), args))[0]
 
         def conditions(t, y):
             return system.conditions(problem.direction * t, y, problem.params,
                                      problem.direction)
 
-        jumps = tuple(flat_jump(e.jump) for e in events)
+        jumps = tuple(flat_jump(e) for e in events)
         out = jump_segments(sensitivity, system, problem, jumps, conditions, max_events)
     if saveat.ts is None:
         ts, ys = out.t_end[None], out.y_end[None]

@@ -67,6 +67,9 @@ class System(eqx.Module):
     # parameters), and which of them start at exactly zero (just fired, see `_segments`).
     event_directions: tuple[int, ...] = eqx.field(static=True, default=())
     event_zero_start: Array | None = None
+    # A segment of a solve with jumps (`_segments`): whether it starts at an event, so that
+    # its start time is differentiated on its grid (`_start_time`); None outside segments.
+    event_start: Array | None = None
 
     @property
     def has_integrand(self) -> bool:
