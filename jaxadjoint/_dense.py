@@ -33,7 +33,7 @@ from jax import Array
 
 from ._uninitialised import uninitialised
 from .solvers import _interpolants
-from .solvers._base import continuous_extension
+from .solvers._base import AbstractDenseWeights, continuous_extension
 from .solvers._explicit import AbstractERK, linear_combination, stage_time
 
 
@@ -45,7 +45,7 @@ def _sum(terms: list[Array]) -> Array:
     return acc
 
 
-class StageWeights:
+class StageWeights(AbstractDenseWeights):
     """``b_m(theta)`` of the interpolation stages ``m`` in ``stages`` (static data).
 
     Evaluated by `_interpolants.weights_at` (Bernstein basis): Verner's monomial
@@ -63,14 +63,6 @@ class StageWeights:
 
     def __hash__(self) -> int:
         return hash((id(self.interpolant), self.stages))
-
-    def __call__(self, theta: Array) -> Array:
-        """``(..., L)`` weights at ``theta``."""
-        return _interpolants.weights_at(self.interpolant, theta)[..., list(self.stages)]
-
-    def initial_slope(self) -> float:
-        """``b_1'(0)``: 1 for every Runge–Kutta interpolant (`final_row_slopes`)."""
-        return 1.0
 
     def weight_list(self, theta: Array) -> list[Array]:
         """``[b_l(theta) for l in stages]``, each shaped like ``theta``.
@@ -94,10 +86,6 @@ class StageWeights:
             rest.append(_sum(terms) if terms else jnp.zeros_like(theta))
         first = theta - _sum(rest) if rest else theta
         return [first, *rest]
-
-    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
-        """``y + h sum_l b_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``."""
-        return continuous_extension(y, h, self.weight_list(theta), k)
 
     def weight_matrix(self, theta: Array) -> Array:
         """``(M, L)`` weights at ``theta (M,)``, as the product of the ``(M, D + 1)``
@@ -132,7 +120,7 @@ class StagePlan(NamedTuple):
     num_main: int  # s
     live: tuple[int, ...]  # stages the reverse pass linearises (solution and saves)
     interpolation_stages: tuple[int, ...]  # stages whose slopes the interpolant reads
-    weights: StageWeights  # b_m(theta) of each interpolation stage
+    weights: AbstractDenseWeights  # b_m(theta) of each interpolation stage
     end_stages: tuple[int, ...]  # stages equal to f(t_{n+1}, y_{n+1}): evaluated at t_{n+1}
     # The interpolation slot of an end stage that the reverse pass does not linearise: its
     # slope is the next step's first slope, so its save cotangent is carried there
@@ -373,20 +361,8 @@ def save_rows(rows: DenseRows) -> Array:
     return jnp.maximum(counts - 1, 0)
 
 
-def weight_matrix(weights: Any, theta: Array) -> Array:
-    """``(M, L)`` interpolation weights at ``theta (M,)``, computed once per time.
-
-    A family's weights with a ``weight_matrix`` (a basis times a coefficient matrix, a
-    matrix product that XLA does not fuse into its consumer) use it; others are stacked
-    from their ``weight_list``.
-    """
-    if hasattr(weights, "weight_matrix"):
-        return weights.weight_matrix(theta)
-    return jnp.stack(weights.weight_list(theta), axis=1)
-
-
 def interpolate(
-    weights: StageWeights, rows: DenseRows, taus: Array, index: Array | None = None
+    weights: AbstractDenseWeights, rows: DenseRows, taus: Array, index: Array | None = None
 ) -> Array:
     """The continuous extension at the internal times ``taus``: ``(len(taus), N)``.
 
@@ -406,13 +382,13 @@ def interpolate(
         return jnp.take(buffer, index, axis=0, mode="clip", indices_are_sorted=sorted_index)
 
     tau_n, h = at(jax.lax.stop_gradient(rows.tau)), at(jax.lax.stop_gradient(rows.h))
-    w = weight_matrix(weights, (taus - tau_n) / h)
+    w = weights.weight_matrix((taus - tau_n) / h)
     ys = continuous_extension(at(rows.y), h, [w[:, i] for i in range(w.shape[1])], at(rows.k))
     last = jax.lax.stop_gradient(rows.tau[jnp.maximum(rows.count - 1, 0)])
     return jnp.where((taus > last)[:, None], jnp.nan, ys)
 
 
-def interpolant_slopes(weights: StageWeights, rows: DenseRows, taus: Array) -> Array:
+def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Array) -> Array:
     """``d/dtau`` of `interpolate` at the save times: the continuous extension's slope."""
     index = save_rows(rows)
     return jax.jvp(lambda t: interpolate(weights, rows, t, index), (taus,),
@@ -420,7 +396,7 @@ def interpolant_slopes(weights: StageWeights, rows: DenseRows, taus: Array) -> A
 
 
 def row_cotangents(
-    weights: StageWeights, rows: DenseRows, taus: Array, ys_bar: Array, with_times: bool
+    weights: AbstractDenseWeights, rows: DenseRows, taus: Array, ys_bar: Array, with_times: bool
 ) -> tuple[Array, Array, Array | None]:
     """``(ybar, kbar, taus_bar)``: the cotangents of `interpolate` at the saves for ``ys_bar``.
 
@@ -448,7 +424,7 @@ def row_cotangents(
 
     h = at(h_rows)
     theta = (jax.lax.stop_gradient(taus) - at(tau_rows)) / h
-    scaled = h[:, None] * weight_matrix(weights, theta)
+    scaled = h[:, None] * weights.weight_matrix(theta)
     products = scaled[:, :, None] * ys_bar[:, None, :]
 
     def into_rows(values: Array) -> Array:
@@ -472,7 +448,7 @@ class DenseInterpolation(eqx.Module):
 
     rows: DenseRows
     direction: Array
-    weights: StageWeights = eqx.field(static=True)
+    weights: AbstractDenseWeights = eqx.field(static=True)
     unravel_y: Callable[[Array], Any] = eqx.field(static=True)
 
     def evaluate(self, t: Any) -> Any:

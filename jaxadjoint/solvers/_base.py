@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
+import jax.numpy as jnp
 from jax import Array
 
 from ._linear_solver import AbstractLinearSolver, DenseLinearSolver
@@ -42,6 +43,31 @@ def continuous_extension(y: Array, h: Array, weights: list[Array], k: Array) -> 
         acc = acc + w[:, None] * k[:, j, :]
     return y + h[:, None] * acc
 
+
+
+class AbstractDenseWeights:
+    """The weights ``b_l(theta)`` of a family's continuous extension, as `_dense` reads
+    them (static data: subclasses are equal and hashed by their tableau's identity).
+
+    A family defines ``weight_list`` (the ``L`` weights, each shaped like ``theta``) and,
+    when ``b_1'(0)`` is not 1, ``initial_slope``; evaluation and the ``(M, L)`` matrix
+    follow from the list.
+    """
+
+    def weight_list(self, theta: Array) -> list[Array]:
+        raise NotImplementedError
+
+    def weight_matrix(self, theta: Array) -> Array:
+        """``(M, L)`` weights at ``theta (M,)``, each computed once per time."""
+        return jnp.stack(self.weight_list(theta), axis=1)
+
+    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
+        """``y + h sum_l b_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``."""
+        return continuous_extension(y, h, self.weight_list(theta), k)
+
+    def initial_slope(self) -> float:
+        """``b_1'(0)``, 1 unless the family says otherwise (`_dense.final_row_slopes`)."""
+        return 1.0
 
 class StepOutput(NamedTuple):
     y_new: Array

@@ -65,7 +65,7 @@ import numpy as np
 from jax import Array
 
 from . import _esdirk_tableaus as etab
-from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
+from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
 from ._linear_solver import AbstractFactorisation, DenseLU
@@ -268,7 +268,7 @@ def _parameter_adjoint(field: Any, times: Array, stages: Array, params: Any,
     return vjp(us)[0]
 
 
-class HermiteWeights:
+class HermiteWeights(AbstractDenseWeights):
     """Cubic Hermite dense output of an ESDIRK step in stage form (module docstring).
 
     Static data, equal (and hashed) by the identity of the tableau, a module constant.
@@ -304,17 +304,6 @@ class HermiteWeights:
             out.append(w)
         return out
 
-    def __call__(self, theta: Array) -> Array:
-        """``(..., L)`` weights at ``theta``."""
-        return jnp.stack(self.weight_list(theta), axis=-1)
-
-    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
-        """``y + h sum_l w_l(theta) k_l`` for ``theta (M,)``, ``y (M, N)``, ``k (M, L, N)``."""
-        return continuous_extension(y, h, self.weight_list(theta), k)
-
-    def initial_slope(self) -> float:
-        """``w_1'(0) = 1``: the final state's row holds ``f(t_T, y_T)`` as it is."""
-        return 1.0
 
 
 def dense_plan(tableau: ESDIRKTableau) -> Any:

@@ -53,7 +53,7 @@ import numpy as np
 from jax import Array
 
 from . import _rosenbrock_tableaus as rtab, _tableaus as tab
-from ._base import AbstractStiffFamily, FlatField, StepOutput, continuous_extension
+from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
 from ._interpolants import Interpolant
 from ._linear_solver import AbstractFactorisation, AbstractLinearSolver, DenseLinearSolver
 from ._rosenbrock_tableaus import RosenbrockTableau
@@ -192,7 +192,7 @@ def rosenbrock_reverse_step(
     return lam_n, pbar
 
 
-class RosenbrockWeights:
+class RosenbrockWeights(AbstractDenseWeights):
     """The continuous extension of a Rosenbrock method as `_dense` evaluates it (static data).
 
     ``y(t_n + theta h) = y_n + sum_i w_i(theta) U_i`` with (Hairer & Wanner's RODAS form)
@@ -223,14 +223,6 @@ class RosenbrockWeights:
                 inner = term if inner is None else term + theta * inner
             out.append(theta * (float(tableau.m[i]) + one_minus * inner))
         return out
-
-    def __call__(self, theta: Array) -> Array:
-        """``(..., s)`` weights at ``theta``."""
-        return jnp.stack(self.weight_list(theta), axis=-1)
-
-    def combine(self, theta: Array, y: Array, h: Array, k: Array) -> Array:
-        """``y + h sum_i b_i(theta) k_i`` for ``theta (M,)``, ``y (M, N)``, ``k (M, s, N)``."""
-        return continuous_extension(y, h, self.weight_list(theta), k)
 
     def initial_slope(self) -> float:
         """``b_1'(0) = m_1 + H_11``: the final state's row holds ``f(t_T, y_T) / b_1'(0)``."""
