@@ -38,7 +38,11 @@ from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_r
 from ._events import event_state
 from ._forward import EventRecord, Recorder, forward_loop, quadrature_increment
 from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
-from ._sensitivity_common import integrand_or_empty, materialise_tangent
+from ._sensitivity_common import (
+    fail_if_differentiated_failure,
+    integrand_or_empty,
+    materialise_tangent,
+)
 from ._start_time import interpolate_moved, moved_record
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
@@ -157,6 +161,9 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     fwd = forward_loop(system, fixed, Recorder())
     out = to_solve_output(system, fixed, fwd)
     flag_stiff_gradient(system, fwd.stats, sens.accept_stiff_steps)
+    # Every derivative reads the recorded grid: a failed solve stops here, as it does in
+    # `DiscreteAdjoint`'s backward pass (with throw=True the solve raised its own error).
+    fwd = fwd._replace(grid=fail_if_differentiated_failure(system, fwd.grid, fwd.result))
 
     problem_dot = materialise_tangent(problem, problem_dot)
 

@@ -32,7 +32,7 @@ from ._adjoint import plain_solve
 from ._forward import Recorder, forward_loop
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
-from ._sensitivity_common import combine, mask_params, ravel
+from ._sensitivity_common import combine, fail_if_differentiated_failure, mask_params, ravel
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
@@ -96,12 +96,14 @@ def _solve_jvp(primals, tangents):
 
     cols, oks = jax.lax.map(column, jnp.arange(x.shape[0]))
     jac = cols.T  # (outputs, P)
-    if system.throw:
-        jac = eqx.error_if(
-            jac, ~jnp.all(oks),
-            "A perturbed solve of `FiniteDifferences` failed; use a smaller `step` or "
-            "increase `max_steps`",
-        )
+    # Differences with a failed solve are meaningless: the unperturbed solve's failure
+    # (throw=False; with throw=True it raised already), then any perturbed one's.
+    jac = fail_if_differentiated_failure(system, jac, out.record.result)
+    jac = eqx.error_if(
+        jac, ~jnp.all(oks),
+        "A perturbed solve of `FiniteDifferences` failed; use a smaller `step` or "
+        "increase `max_steps`",
+    )
     flat_dot = jac @ v
     n_ys = out.ys.size
     tangent = SolveOutput(

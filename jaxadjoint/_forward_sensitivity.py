@@ -66,6 +66,7 @@ from ._sensitivity_common import (
     DerivedSystem,
     combine,
     derived_kwargs,
+    fail_if_differentiated_failure,
     integrand_or_empty,
     mask_params,
     ravel,
@@ -292,6 +293,7 @@ def _solve_jvp(primals, tangents):
     out, s_saves, s_q, y_final, cols, params_on, slopes = solve_with_sensitivities(
         sens, system, fixed, problem_dot
     )
+    s_saves = fail_if_differentiated_failure(system, s_saves, out.record.result)
     v = _tangent_vector(cols, fixed, problem_dot, params_on)
     ys_dot = jnp.einsum("snc,c->sn", s_saves, v)
     q_dot = s_q @ v

@@ -26,6 +26,7 @@ from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
+from ._results import RESULTS
 from ._system import System
 from .solvers._base import AbstractSolver
 
@@ -64,6 +65,20 @@ class DerivedSystem(eqx.Module):
 
     def field_integrand(self, tau: Array, z: Array, params: Any, direction: Array) -> Array:
         raise NotImplementedError
+
+
+def fail_if_differentiated_failure(system: Any, value: Any, result: Array) -> Any:
+    """``value``, with a run-time error (`RESULTS.failed_solve_differentiated`) where the
+    solve failed and ``throw=False``.
+
+    Attach it to a primal quantity that every derivative reads (a recorded grid, a
+    sensitivity matrix): the check then runs exactly when the solve is differentiated.
+    With ``throw=True`` the failed solve has already raised its own, more specific, error.
+    """
+    if system.throw:
+        return value
+    return eqx.error_if(value, result != RESULTS.successful,
+                        RESULTS[RESULTS.failed_solve_differentiated])
 
 
 def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:

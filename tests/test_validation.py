@@ -356,3 +356,27 @@ def test_forward_mode_through_reverse_only_sensitivity(sensitivity, mode):
     }
     with pytest.raises(TypeError, match=r"reverse mode only.*DiscreteForward"):
         transforms[mode]()
+
+
+def _failed_solve_loss(sensitivity):
+    """A loss whose solve exhausts ``max_steps`` (``throw=False``: failure via result)."""
+
+    def loss(k):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 10.0, k, rtol=1e-10,
+                       atol=1e-10, max_steps=5, throw=False, sensitivity=sensitivity)
+        return jnp.sum(sol.ys**2)
+
+    return loss
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteForward(), ja.ForwardSensitivity(),
+                                         ja.FiniteDifferences()],
+                         ids=["DiscreteForward", "ForwardSensitivity", "FiniteDifferences"])
+@pytest.mark.parametrize("transform", [jax.grad, jax.jacfwd], ids=["grad", "jacfwd"])
+def test_forward_mode_methods_refuse_a_failed_solve(sensitivity, transform):
+    """The forward-mode methods used to return 0 (DiscreteForward's gradient) or NaN
+    silently; like `DiscreteAdjoint` they now raise, while the value keeps its result."""
+    loss = _failed_solve_loss(sensitivity)
+    assert not np.isfinite(float(loss(0.5)))  # the primal alone is no error
+    with pytest.raises(eqx.EquinoxRuntimeError, match="failed .* was differentiated"):
+        jax.block_until_ready(transform(loss)(0.5))
