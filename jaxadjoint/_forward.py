@@ -42,7 +42,7 @@ from ._results import RESULTS
 from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
 from ._uninitialised import uninitialised
-from ._validation import save_times_valid
+from ._validation import input_result, save_times_valid
 from .solvers._base import StepOutput
 from .solvers._explicit import stage_time
 
@@ -233,6 +233,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     def conditions(tau, y):
         return system.conditions(tau, y, params, direction)
 
+    # The user's interval must not be empty; internal solves may be (a segment of the
+    # continuous adjoint between a save at t1 and t1, an event segment at t1).
+    check_times = isinstance(system, System) and system.event_start is None
+
     def start() -> dict:
         k0 = f(tau0, y0)
         h0, cstate, init_evals = controller.init(
@@ -261,9 +265,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_accepted=jnp.int32(0),
             init_evals=jnp.int32(init_evals),
             stiffness=tracker_init(tau0),
-            # Traced save times that are invalid stop the solve before it starts.
-            result=RESULTS.where(save_times_valid(taus, tau0, tau1), RESULTS.successful,
-                                 RESULTS.invalid_save_times),
+            # Traced inputs that are invalid stop the solve before it starts (with
+            # throw=True `solve` has raised already).
+            result=input_result(tau0, tau1, tol.rtol, tol.atol, system.dt0,
+                                save_times_valid(taus, tau0, tau1), check_times),
         )
         if has_events:
             carry.update(event_start(y0))

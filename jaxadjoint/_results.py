@@ -36,6 +36,15 @@ class RESULTS(eqx.Enumeration):
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
         "(non-decreasing for t1 > t0); the solve did not start."
     )
+    invalid_times = (
+        "`t0` and `t1` must be finite and different (an empty interval has no solution "
+        "to differentiate); the solve did not start."
+    )
+    invalid_tolerances = (
+        "`rtol` and `atol` must be finite and non-negative, and not both zero; the solve "
+        "did not start."
+    )
+    invalid_first_step = "`dt0` must be finite and non-zero; the solve did not start."
     event_condition_nonfinite = (
         "An event condition returned NaN or Inf at the start or after an accepted step: "
         "its sign, and so the event, is undefined. Check `Event.cond`."

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._results import RESULTS
+
 
 def is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
@@ -65,7 +67,31 @@ def check_scalar(name: str, x: Array) -> None:
         raise ValueError(f"`{name}` must be a scalar, got shape {jnp.shape(x)}")
 
 
-def check_times(t0: Array, t1: Array) -> Array:
+def times_valid(t0: Array, t1: Array) -> Array:
+    """Whether ``t0`` and ``t1`` are finite and different (NumPy or JAX booleans)."""
+    xp = _np_or_jnp(t0, t1)
+    return xp.isfinite(t0) & xp.isfinite(t1) & (t0 != t1)
+
+
+def tolerances_valid(rtol: Array, atol: Array) -> Array:
+    """Whether the tolerances are finite, non-negative and not both zero."""
+    xp = _np_or_jnp(rtol, atol)
+    return xp.all(xp.isfinite(rtol) & xp.isfinite(atol) & (rtol >= 0) & (atol >= 0)
+                  & ((rtol != 0) | (atol != 0)))
+
+
+def step_valid(dt: Array) -> Array:
+    """Whether a step size is finite and non-zero (its sign is ignored)."""
+    xp = _np_or_jnp(dt)
+    return xp.isfinite(dt) & (dt != 0)
+
+
+# Traced values are checked at run time: with ``throw=True`` by `equinox.error_if` (the
+# messages below); with ``throw=False`` the forward loop does not start and reports the
+# failure in `sol.result` (`input_result`).
+
+
+def check_times(t0: Array, t1: Array, throw: bool = True) -> Array:
     """``t0`` and ``t1`` finite and different; returns ``t0`` guarded at run time."""
     msg_finite = "`t0` and `t1` must be finite"
     msg_equal = "`t1` must differ from `t0` (an empty interval has no solution to differentiate)"
@@ -75,32 +101,49 @@ def check_times(t0: Array, t1: Array) -> Array:
         if float(t0) == float(t1):
             raise ValueError(f"{msg_equal}; got t0 = t1 = {float(t0)}")
         return t0
+    if not throw:
+        return t0
     t0 = eqx.error_if(t0, ~(jnp.isfinite(t0) & jnp.isfinite(t1)), msg_finite)
     return eqx.error_if(t0, t0 == t1, msg_equal)
 
 
-def check_step(name: str, dt: Array) -> Array:
+def check_step(name: str, dt: Array, throw: bool = True) -> Array:
     """A step size must be finite and non-zero (its sign is ignored)."""
     msg = f"`{name}` must be finite and non-zero"
     if is_concrete(dt):
-        if not (np.isfinite(dt) and dt != 0):
+        if not bool(step_valid(dt)):
             raise ValueError(f"{msg}, got {float(dt)}")
         return jnp.asarray(dt)
-    return eqx.error_if(dt, ~jnp.isfinite(dt) | (dt == 0), msg)
+    if not throw:
+        return dt
+    return eqx.error_if(dt, ~step_valid(dt), msg)
 
 
-def check_tolerances(rtol: Array, atol: Array) -> tuple[Array, Array]:
+def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Array, Array]:
     msg = "`rtol` and `atol` must be finite and non-negative, and not both zero"
-    xp = _np_or_jnp(rtol, atol)
-    bad = (
-        ~xp.isfinite(rtol) | ~xp.isfinite(atol) | (rtol < 0) | (atol < 0)
-        | ((rtol == 0) & (atol == 0))
-    )
+    bad = ~tolerances_valid(rtol, atol)
     if is_concrete(rtol) and is_concrete(atol):
         if bool(bad):
             raise ValueError(f"{msg}; got rtol={float(rtol)}, atol={float(atol)}")
         return rtol, atol
+    if not throw:
+        return rtol, atol
     return eqx.error_if(rtol, bad, msg), atol
+
+
+def input_result(t0: Array, t1: Array, rtol: Array, atol: Array, dt0: Array | None,
+                 save_times_ok: Array, check_times: bool = True) -> RESULTS:
+    """`RESULTS.successful`, or the first invalid traced input of: the times (if
+    ``check_times``), the save times, the tolerances, the first step -- the result a
+    ``throw=False`` solve starts with (it then does not start)."""
+    result = RESULTS.successful
+    if dt0 is not None:
+        result = RESULTS.where(step_valid(dt0), result, RESULTS.invalid_first_step)
+    result = RESULTS.where(tolerances_valid(rtol, atol), result, RESULTS.invalid_tolerances)
+    result = RESULTS.where(save_times_ok, result, RESULTS.invalid_save_times)
+    if not check_times:
+        return result
+    return RESULTS.where(times_valid(t0, t1), result, RESULTS.invalid_times)
 
 
 def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
@@ -134,12 +177,41 @@ def save_times_valid(taus: Array, tau0: Array, tau1: Array) -> Array:
     return ordered & inside & jnp.all(jnp.isfinite(taus))
 
 
+def check_rhs_differentiable(rhs: Any, t0: Array, y0: Any, args: Any, solver: Any) -> None:
+    """A stiff solver needs ``J = d rhs / dy`` (and ``d rhs / dt``) from JAX: trace one
+    forward-mode derivative now, so that a right-hand side JAX cannot differentiate (a
+    `jax.pure_callback`, a non-differentiable primitive) fails with a message naming the
+    problem instead of deep inside the first step."""
+    if not getattr(solver, "jacobians_per_step", 0):
+        return
+    try:
+        eqx.filter_eval_shape(jax.jacfwd(rhs, argnums=(0, 1)), t0, y0, args)
+    except Exception as e:  # noqa: BLE001 - re-raised with context
+        cause = str(e).rstrip(".")
+        raise ValueError(
+            f"`{type(solver).__name__}` needs the Jacobian d rhs / dy (and d rhs / dt) "
+            f"from JAX, but `rhs` cannot be differentiated in forward mode: {cause}. Use an "
+            "explicit solver, or give the non-differentiable part of `rhs` a "
+            "`jax.custom_jvp`."
+        ) from e
+
+
 def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs") -> None:
     """``rhs(t0, y0, args)`` must return the structure, shapes and a floating dtype of y0."""
     try:
         out = eqx.filter_eval_shape(rhs, t0, y0, args)
     except Exception as e:  # noqa: BLE001 - re-raised with context
-        raise type(e)(f"calling `{name}(t0, y0, args)` failed: {e}") from e
+        hint = ""
+        untraceable = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
+        if isinstance(e, untraceable):
+            hint = (f" (`{name}` is traced by JAX: it must use jax.numpy on its inputs, not "
+                    "NumPy or Python control flow on their values)")
+        message = f"calling `{name}(t0, y0, args)` failed{hint}: {e}"
+        try:
+            error = type(e)(message)
+        except Exception:  # noqa: BLE001 - exception types whose constructor is not (msg,)
+            error = TypeError(message)
+        raise error from e
     expected = jax.tree.structure(y0)
     got = jax.tree.structure(out)
     if got != expected:

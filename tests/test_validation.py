@@ -296,6 +296,41 @@ def test_results_without_throwing():
     assert int(sol.stats["num_accepted_steps"]) == 0
 
 
+@pytest.mark.parametrize(
+    "t1, rtol, dt0, expected",
+    [
+        (0.1, 1e-7, 0.05, "invalid_times"),  # t1 == t0
+        (np.nan, 1e-7, 0.05, "invalid_times"),
+        (2.1, -1.0, 0.05, "invalid_tolerances"),
+        (2.1, np.nan, 0.05, "invalid_tolerances"),
+        (2.1, 1e-7, 0.0, "invalid_first_step"),
+        (np.nan, -1.0, 0.0, "invalid_times"),  # the first invalid input is reported
+    ],
+)
+def test_traced_bad_values_without_throw_fail_through_result(t1, rtol, dt0, expected):
+    """Inside `jit` with throw=False bad times, tolerances and first steps used to raise
+    anyway; now the solve does not start and says why (one compiled program for all)."""
+    sol = solve_no_throw(DIFF, t1, rtol, dt0)
+    assert sol.result == getattr(ja.RESULTS, expected)
+    assert int(sol.stats["num_steps"]) == 0
+
+
+def test_rhs_that_jax_cannot_trace_or_differentiate_is_named():
+    y0 = jnp.ones(2)
+    with pytest.raises(TypeError, match=r"calling `rhs\(t0, y0, args\)` failed.*jax.numpy"):
+        ja.solve(lambda t, y, a: jnp.asarray(np.asarray(y)), y0, 0.0, 1.0, 1.0)
+
+    def opaque(t, y, a):  # a host callback has no derivative rule
+        return jax.pure_callback(lambda v: -np.asarray(v), jax.ShapeDtypeStruct(y.shape,
+                                                                                 y.dtype), y)
+
+    for solver in (ja.Rodas5(), ja.Kvaerno5()):
+        with pytest.raises(ValueError, match=f"`{type(solver).__name__}` needs the Jacobian"):
+            ja.solve(opaque, y0, 0.0, 1.0, 1.0, solver=solver)
+    # An explicit solver needs no derivative to solve.
+    assert np.isfinite(np.asarray(ja.solve(opaque, y0, 0.0, 1.0, 1.0).ys)).all()
+
+
 def test_failures_raise_with_throw():
     with pytest.raises(eqx.EquinoxRuntimeError, match="reached `max_steps` before `t1`"):
         jax.block_until_ready(solve_no_throw(DIFF, 60.0, 1e-12, throw=True))
