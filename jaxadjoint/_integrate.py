@@ -189,6 +189,7 @@ def solve(
         A `Solution`.
     """
     saveat = as_saveat(saveat)
+    _check_concrete_save_times(saveat, t0, t1)
     events = as_events(events)
     if uses_quadrature_state(solver, integrand, saveat, events):
         # Stiff solvers integrate the integral as extra state (`_stiff_quadrature`).
@@ -205,6 +206,24 @@ def solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events,
     )
+
+
+def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any) -> None:
+    """Save times known before `jit` (a list, a NumPy or a concrete JAX array) are checked
+    here, with a `ValueError`: the jitted solve sees every array traced, and would only
+    fail at run time."""
+    times = (saveat.ts, t0, t1)
+    if saveat.ts is None or not all(check.is_concrete(x) for x in times):
+        return
+    if not all(eqx.is_array_like(x) for x in times):
+        return  # not numbers: the checks inside `_solve` name the argument
+    try:
+        ts, t0_, t1_ = (np.asarray(x) for x in times)
+    except TypeError:
+        return
+    if ts.ndim == 1 and ts.shape[0] and all(np.issubdtype(x.dtype, np.number)
+                                            and not np.iscomplexobj(x) for x in (ts, t0_, t1_)):
+        check.check_save_times(ts, t0_, t1_)
 
 
 @eqx.filter_jit

@@ -13,7 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
 from jax import Array
+
+
+def _times_as_array(ts: Any) -> Any:
+    """A list or tuple of times as an array (NumPy when concrete, so that `solve` can
+    still check it before tracing); anything else as given."""
+    if isinstance(ts, (list, tuple)):
+        concrete = all(isinstance(t, (int, float, np.number, np.ndarray)) for t in ts)
+        return np.asarray(ts) if concrete else jnp.stack([jnp.asarray(t) for t in ts])
+    return ts
 
 
 class SaveAt(eqx.Module):
@@ -35,7 +46,7 @@ class SaveAt(eqx.Module):
             a node of the method.
     """
 
-    ts: Array | None = None
+    ts: Array | None = eqx.field(default=None, converter=_times_as_array)
     dense: bool = eqx.field(default=False, static=True)
     land_on_ts: bool = eqx.field(default=False, static=True)
 

@@ -136,10 +136,21 @@ def test_bad_times(t0, t1, match):
     ids=["unsorted", "after-t1", "before-t0", "nan", "wrong-direction"],
 )
 def test_bad_saveat(saveat, t0, t1):
-    """Save times are an array, so `solve` (jitted) sees them traced: a run-time error.
-    (Same shapes throughout, so one compiled program serves each direction.)"""
-    with pytest.raises(eqx.EquinoxRuntimeError, match="`saveat` must hold finite times inside"):
-        jax.block_until_ready(solve(saveat=jnp.asarray(saveat), t0=t0, t1=t1))
+    """Concrete save times (a list, a NumPy or a JAX array outside `jit`) raise before the
+    solve is traced; traced ones fail at run time (`test_bad_save_times_inside_jit_...`
+    in test_dense_output.py, and the sweep below)."""
+    for times in (saveat, np.asarray(saveat), jnp.asarray(saveat)):
+        with pytest.raises(ValueError, match="`saveat` must hold finite times inside"):
+            solve(saveat=times, t0=t0, t1=t1)
+    with pytest.raises(ValueError, match="`saveat` must hold finite times inside"):
+        solve(saveat=ja.SaveAt(ts=saveat, dense=True), t0=t0, t1=t1)
+
+
+def test_saveat_as_a_list_of_times():
+    """A list or tuple of numbers is an array of save times (as in `SaveAt(ts=...)`)."""
+    expected = np.asarray(solve(saveat=jnp.array([0.2, 0.5, 1.0])).ys)
+    np.testing.assert_array_equal(np.asarray(solve(saveat=[0.2, 0.5, 1.0]).ys), expected)
+    np.testing.assert_array_equal(np.asarray(solve(saveat=(0.2, 0.5, 1)).ys), expected)
 
 
 @pytest.mark.parametrize("saveat", [jnp.zeros((2, 2)), jnp.zeros((0,)), jnp.asarray(0.5)],
