@@ -333,18 +333,30 @@ def find_rows(rows: DenseRows, taus: Array) -> Array:
     """For each time, the last written row with ``tau_row <= tau`` (row 0 if none).
 
     A binary search over the first ``count`` rows: ``log2(R)`` vectorised probes, each
-    reading one row per time, so unwritten rows are never touched.
+    reading one row per time, so unwritten rows are never touched.  For many times the
+    probes run as a `fori_loop`: unrolled, XLA fuses each probe with all earlier ones and
+    recomputes them per element (10x slower for 10 000 times); for a few times (the
+    continuous adjoint's single time per stage) the unrolled probes are one fused kernel.
     """
     tau_rows = jax.lax.stop_gradient(rows.tau)
+    taus = jax.lax.stop_gradient(taus)
+
+    def probe(_, bounds):
+        lo, hi = bounds
+        mid = (lo + hi) // 2
+        go_up = (lo < hi) & (jnp.take(tau_rows, mid, mode="clip") <= taus)
+        return jnp.where(go_up, mid + 1, lo), jnp.where(go_up | (lo >= hi), hi, mid)
+
     lo = jnp.zeros(taus.shape, jnp.int32)
     hi = jnp.broadcast_to(rows.count.astype(jnp.int32), taus.shape)
-    for _ in range(max(1, int(rows.size).bit_length())):
-        mid = (lo + hi) // 2
-        probe = tau_rows[jnp.clip(mid, 0, rows.size - 1)]
-        go_up = (lo < hi) & (probe <= jax.lax.stop_gradient(taus))
-        lo = jnp.where(go_up, mid + 1, lo)
-        hi = jnp.where(go_up | (lo >= hi), hi, mid)
+    num_probes = max(1, int(rows.size).bit_length())
+    unroll = taus.size <= FIND_ROWS_UNROLL_MAX
+    lo, _ = jax.lax.fori_loop(0, num_probes, probe, (lo, hi), unroll=unroll)
     return jnp.maximum(lo - 1, 0)
+
+
+# Up to this many times, `find_rows` unrolls its probes (see there).
+FIND_ROWS_UNROLL_MAX = 64
 
 
 def save_rows(rows: DenseRows) -> Array:
