@@ -69,6 +69,12 @@ class AbstractController(eqx.Module):
     ) -> tuple[Array, ControllerState, int]:
         """Return ``(first step, state, number of rhs evaluations spent)``."""
 
+    def inputs_valid(self, tau0: Array, tau1: Array, direction: Array) -> Array:
+        """Whether the controller's own traced inputs are valid (a ``throw=False`` solve
+        with invalid ones does not start: `RESULTS.invalid_controller`)."""
+        del tau0, tau1, direction
+        return jnp.array(True)
+
     def propose(self, tau: Array, h: Array, state: ControllerState) -> Array:
         """The time the next step aims for (before landing on save times or ``t1``)."""
         del state
@@ -102,6 +108,10 @@ class ConstantStep(AbstractController):
     def adaptive(self) -> bool:
         return False
 
+    def inputs_valid(self, tau0, tau1, direction):
+        del tau0, tau1, direction
+        return jnp.isfinite(self.dt) & (self.dt != 0)
+
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         del f, tau1, y0, k0, dt0, solver, tol, direction
         h = jnp.abs(jnp.asarray(self.dt, tau0.dtype))
@@ -130,6 +140,10 @@ class StepTo(AbstractController):
     @property
     def adaptive(self) -> bool:
         return False
+
+    def inputs_valid(self, tau0, tau1, direction):
+        grid = direction * jnp.asarray(self.ts, tau0.dtype)
+        return (grid[0] == tau0) & (grid[-1] == tau1) & jnp.all(jnp.diff(grid) > 0)
 
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         del f, tau1, y0, k0, dt0, solver, tol

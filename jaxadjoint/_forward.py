@@ -268,7 +268,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             # Traced inputs that are invalid stop the solve before it starts (with
             # throw=True `solve` has raised already).
             result=input_result(tau0, tau1, tol.rtol, tol.atol, system.dt0,
-                                save_times_valid(taus, tau0, tau1), check_times),
+                                save_times_valid(taus, tau0, tau1),
+                                controller.inputs_valid(tau0, tau1, direction), check_times),
         )
         if has_events:
             carry.update(event_start(y0))

@@ -102,6 +102,9 @@ class _SensitivityController(AbstractController):
     def adaptive(self) -> bool:
         return self.inner.adaptive
 
+    def inputs_valid(self, tau0, tau1, direction):
+        return self.inner.inputs_valid(tau0, tau1, direction)
+
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         n = self.n_state
         rest = y0[n:]

@@ -98,11 +98,14 @@ def _check_family(
                              "nodes: pass `saveat=jaxadjoint.SaveAt(ts=ts, land_on_ts=True)`")
 
 
-def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any) -> Any:
+def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtype: Any,
+                      throw: bool) -> Any:
+    """Concrete inputs raise here; traced ones at run time with ``throw``, else the solve
+    reports `RESULTS.invalid_controller` (`AbstractController.inputs_valid`)."""
     if isinstance(controller, ConstantStep):
         dt = check.as_real_array("controller.dt", controller.dt, dtype)
         check.check_scalar("controller.dt", dt)
-        return ConstantStep(check.check_step("ConstantStep.dt", dt))
+        return ConstantStep(check.check_step("ConstantStep.dt", dt, throw))
     if isinstance(controller, StepTo):
         ts = check.as_real_array("controller.ts", controller.ts, dtype)
         if ts.ndim != 1 or ts.shape[0] < 2:
@@ -114,7 +117,7 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
         if xp is np:
             if bool(bad):
                 raise ValueError(msg)
-        else:
+        elif throw:
             ts = eqx.error_if(ts, bad, msg)
         return StepTo(jnp.asarray(ts))
     return controller
@@ -286,7 +289,7 @@ def _solve(
         check.check_scalar("dt0", dt0)
         dt0 = check.check_step("dt0", dt0, throw)
     controller = _default_controller(solver, controller, dt0)
-    controller = _check_controller(controller, t0, t1, dtype)
+    controller = _check_controller(controller, t0, t1, dtype, throw)
     if saveat.ts is None:
         ts = jnp.reshape(t1, (1,))
     else:

@@ -43,6 +43,9 @@ class _StateErrorOnly(AbstractController):
     def adaptive(self) -> bool:
         return self.inner.adaptive
 
+    def inputs_valid(self, tau0, tau1, direction):
+        return self.inner.inputs_valid(tau0, tau1, direction)
+
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         n, rest = self.n_state, y0[self.n_state:]
 

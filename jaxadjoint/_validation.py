@@ -132,11 +132,12 @@ def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Arra
 
 
 def input_result(t0: Array, t1: Array, rtol: Array, atol: Array, dt0: Array | None,
-                 save_times_ok: Array, check_times: bool = True) -> RESULTS:
+                 save_times_ok: Array, controller_ok: Array,
+                 check_times: bool = True) -> RESULTS:
     """`RESULTS.successful`, or the first invalid traced input of: the times (if
-    ``check_times``), the save times, the tolerances, the first step -- the result a
-    ``throw=False`` solve starts with (it then does not start)."""
-    result = RESULTS.successful
+    ``check_times``), the save times, the tolerances, the first step, the controller's
+    inputs -- the result a ``throw=False`` solve starts with (it then does not start)."""
+    result = RESULTS.where(controller_ok, RESULTS.successful, RESULTS.invalid_controller)
     if dt0 is not None:
         result = RESULTS.where(step_valid(dt0), result, RESULTS.invalid_first_step)
     result = RESULTS.where(tolerances_valid(rtol, atol), result, RESULTS.invalid_tolerances)

@@ -326,6 +326,23 @@ def test_traced_bad_values_without_throw_fail_through_result(t1, rtol, dt0, expe
     assert int(sol.stats["num_steps"]) == 0
 
 
+@eqx.filter_jit
+def _fixed_step_result(controller):
+    return ja.solve(decay, Y0, 0.0, 1.0, K, solver=ja.RK4(), controller=controller,
+                    throw=False).result
+
+
+def test_traced_bad_controller_without_throw_fails_through_result():
+    assert _fixed_step_result(ja.ConstantStep(jnp.asarray(0.1))) == ja.RESULTS.successful
+    for dt in (0.0, np.nan):
+        result = _fixed_step_result(ja.ConstantStep(jnp.asarray(dt)))
+        assert result == ja.RESULTS.invalid_controller
+    good, unsorted = jnp.array([0.0, 0.5, 0.6, 1.0]), jnp.array([0.0, 0.6, 0.5, 1.0])
+    assert _fixed_step_result(ja.StepTo(good)) == ja.RESULTS.successful
+    assert _fixed_step_result(ja.StepTo(unsorted)) == ja.RESULTS.invalid_controller
+    assert _fixed_step_result(ja.StepTo(good.at[-1].set(0.9))) == ja.RESULTS.invalid_controller
+
+
 def test_rhs_that_jax_cannot_trace_or_differentiate_is_named():
     y0 = jnp.ones(2)
     with pytest.raises(TypeError, match=r"calling `rhs\(t0, y0, args\)` failed.*jax.numpy"):
