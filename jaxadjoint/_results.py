@@ -18,7 +18,9 @@ class RESULTS(eqx.Enumeration):
     nonfinite = (
         "The right-hand side produced NaN or Inf and shrinking the step did not help. "
         "Check `rhs` for divisions by zero, logs of negative numbers or blow-up of the "
-        "solution before `t1`."
+        "solution before `t1`. With a stiff solver the Jacobian d rhs / dy may be the "
+        "culprit (NaN or Inf entries, e.g. sqrt at 0, make I - gamma h J singular for "
+        "every step size)."
     )
     step_size_too_small = (
         "The step size fell below the resolution of the time variable: the error "
