@@ -443,3 +443,15 @@ def test_forward_mode_methods_refuse_a_failed_solve(sensitivity, transform):
     assert not np.isfinite(float(loss(0.5)))  # the primal alone is no error
     with pytest.raises(eqx.EquinoxRuntimeError, match="failed .* was differentiated"):
         jax.block_until_ready(transform(loss)(0.5))
+
+
+def test_a_nan_jacobian_fails_a_stiff_solve_with_a_message_that_names_it():
+    """rhs is finite, J = d rhs / dy is NaN at y = 2 (0 * sqrt'(0)): no step size cures
+    I - gamma h J; the failure says that the Jacobian may be the cause."""
+
+    def rhs(t, y, args):
+        return -y + 0.0 * jnp.sqrt(jnp.abs(y - 2.0))
+
+    sol = ja.solve(rhs, jnp.full(1, 2.0), 0.0, 1.0, solver=ja.Rodas5(), throw=False)
+    assert sol.result == ja.RESULTS.nonfinite
+    assert "Jacobian" in ja.RESULTS[sol.result]
