@@ -135,21 +135,32 @@ class BlockTriangularSolver(AbstractLinearSolver):
 
     blocks: tuple[Block, ...] = eqx.field(static=True)
 
-    def factor(self, f: FlatField, t: Array, y: Array, gamma_h: Array) -> BlockFactorisation:
+    def jacobian(self, f: FlatField, t: Array, y: Array) -> tuple[Array | None, ...]:
+        """The Jacobians of the ``"jacobian"`` diagonal blocks (``None`` for the others)."""
         field = eqx.filter_closure_convert(lambda z: f(t, z), y)
-        lus = []
+        jacs = []
         for block in self.blocks:
             if block.diagonal != "jacobian":
-                lus.append(None)
+                jacs.append(None)
                 continue
             part = block.slice
 
             def block_field(x: Array, part: slice = part) -> Array:
                 return field(y.at[part].set(x))[part]
 
-            jac = jax.jacfwd(block_field)(y[part])
+            jacs.append(jax.jacfwd(block_field)(y[part]))
+        return tuple(jacs)
+
+    def factor_jacobian(self, jac: tuple[Array | None, ...], f: FlatField, t: Array,
+                        y: Array, gamma_h: Array) -> BlockFactorisation:
+        field = eqx.filter_closure_convert(lambda z: f(t, z), y)
+        lus = []
+        for block, block_jac in zip(self.blocks, jac):
+            if block_jac is None:
+                lus.append(None)
+                continue
             eye = jnp.eye(block.size, dtype=y.dtype)
-            lus.append(jsl.lu_factor(eye - gamma_h * jac))
+            lus.append(jsl.lu_factor(eye - gamma_h * block_jac))
         arrays, static = eqx.partition(field, eqx.is_array)
         return BlockFactorisation(field_arrays=arrays, field_static=static, z=y,
                                   gamma_h=gamma_h, lus=tuple(lus), blocks=self.blocks)

@@ -4,7 +4,11 @@ Rosenbrock and ESDIRK steps need one operation beyond the right-hand side: solvi
 ``(I - gamma h J) x = b`` with ``J = df/dy(t_n, y_n)``, factorised once per step and used
 for every stage (and every Newton iteration).  They ask their ``linear_solver`` for it:
 
-- `AbstractLinearSolver.factor(f, t, y, gamma_h)` returns an `AbstractFactorisation`;
+- `AbstractLinearSolver.factor(f, t, y, gamma_h)` returns an `AbstractFactorisation`,
+  in two parts: `jacobian(f, t, y)` (what does not depend on the step size: ``J`` itself,
+  the expensive part) and `factor_jacobian(jac, f, t, y, gamma_h)` (the LU of
+  ``I - gamma h J``).  The forward loop keeps ``jac`` across a rejected step, which restarts
+  from the same ``(t, y)`` with a smaller ``h`` (`_forward`), so only the LU is redone;
 - its `solve(b)` applies ``(I - gamma h J)^{-1}``, and `solve_transposed(b)` its
   transpose (the adjoint of a linear solve).
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -46,8 +51,18 @@ class AbstractLinearSolver(eqx.Module):
     """Factorises ``I - gamma h J(t, y)`` for a stiff step (module docstring)."""
 
     @abc.abstractmethod
+    def jacobian(self, f: FlatField, t: Array, y: Array) -> Any:
+        """``J = df/dy(t, y)`` in the solver's own form (a pytree of arrays)."""
+
+    @abc.abstractmethod
+    def factor_jacobian(
+        self, jac: Any, f: FlatField, t: Array, y: Array, gamma_h: Array
+    ) -> AbstractFactorisation:
+        """The factorisation of ``I - gamma_h J`` for ``jac = self.jacobian(f, t, y)``."""
+
     def factor(self, f: FlatField, t: Array, y: Array, gamma_h: Array) -> AbstractFactorisation:
         """The factorisation of ``I - gamma_h df/dy(t, y)``."""
+        return self.factor_jacobian(self.jacobian(f, t, y), f, t, y, gamma_h)
 
 
 class DenseLU(AbstractFactorisation):
@@ -68,6 +83,10 @@ class DenseLU(AbstractFactorisation):
 class DenseLinearSolver(AbstractLinearSolver):
     """``J`` by `jax.jacfwd` (``N`` forward-mode products), one LU of ``I - gamma h J``."""
 
-    def factor(self, f: FlatField, t: Array, y: Array, gamma_h: Array) -> DenseLU:
-        jac = jax.jacfwd(lambda x: f(t, x))(y)
+    def jacobian(self, f: FlatField, t: Array, y: Array) -> Array:
+        return jax.jacfwd(lambda x: f(t, x))(y)
+
+    def factor_jacobian(self, jac: Array, f: FlatField, t: Array, y: Array,
+                        gamma_h: Array) -> DenseLU:
+        del f, t
         return DenseLU(jsl.lu_factor(jnp.eye(y.shape[0], dtype=y.dtype) - gamma_h * jac), jac)

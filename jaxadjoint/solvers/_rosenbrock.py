@@ -89,14 +89,28 @@ class _Stages(NamedTuple):
     us: list[Array]  # U_i
 
 
+def linearise(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array,
+    linear_solver: AbstractLinearSolver,
+) -> tuple[Any, Array | None]:
+    """``(J, f_t)`` at ``(t, y)`` (``f_t`` is ``None`` when no ``d_i`` uses it): the part of
+    a step that does not depend on ``h``, kept by the forward loop across a rejection."""
+    f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
+    return linear_solver.jacobian(f, t, y), f_t
+
+
 def _stages(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array, linear_solver: AbstractLinearSolver,
+    t_next: Array, linear_solver: AbstractLinearSolver, linearisation: Any = None,
 ) -> _Stages:
-    """The stages of one step (module docstring); shared by the step and its adjoint."""
-    f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
+    """The stages of one step (module docstring); shared by the step and its adjoint.
+
+    ``linearisation``: `linearise` at ``(t, y)`` if already computed."""
+    if linearisation is None:
+        linearisation = linearise(tableau, f, t, y, linear_solver)
+    jac, f_t = linearisation
     gh = tableau.gamma * h
-    lu = linear_solver.factor(f, t, y, gh)
+    lu = linear_solver.factor_jacobian(jac, f, t, y, gh)
     stages, ks, us = [], [], []
     for i in range(tableau.num_stages):
         stage = _combine(y, tableau.a[i, :i], us)
@@ -116,9 +130,11 @@ def _stages(
 def rosenbrock_step(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
     t_next: Array, linear_solver: AbstractLinearSolver = DenseLinearSolver(),
+    linearisation: Any = None,
 ) -> StepOutput:
-    """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
-    st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver)
+    """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``
+    (``linearisation``: `linearise` at ``(t, y)``, if already computed)."""
+    st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver, linearisation)
     y_new = _combine(y, tableau.m, st.us)
     y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
     # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
@@ -278,8 +294,12 @@ class AbstractRosenbrock(AbstractStiffFamily):
 
     tableau: ClassVar[RosenbrockTableau]
 
-    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
-        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next, self.linear_solver)
+    def linearise(self, f, t, y) -> tuple[Any, Array | None]:
+        return linearise(self.tableau, f, t, y, self.linear_solver)
+
+    def step(self, f, t, y, h, k1, t_next, linearisation=None) -> StepOutput:
+        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next, self.linear_solver,
+                               linearisation)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
