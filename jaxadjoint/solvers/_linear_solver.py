@@ -46,6 +46,11 @@ class AbstractFactorisation(eqx.Module):
     def solve_transposed(self, b: Array) -> Array:
         """``(I - gamma h J)^{-T} b``; ``b`` may carry leading (seed) axes."""
 
+    def transposed_solver(self) -> Callable[[Array], Array]:
+        """`solve_transposed`, prepared for several right-hand sides given one by one (the
+        stages of a reverse step): by default `solve_transposed` itself."""
+        return self.solve_transposed
+
 
 class AbstractLinearSolver(eqx.Module):
     """Factorises ``I - gamma h J(t, y)`` for a stiff step (module docstring)."""
@@ -65,6 +70,11 @@ class AbstractLinearSolver(eqx.Module):
         return self.factor_jacobian(self.jacobian(f, t, y), f, t, y, gamma_h)
 
 
+# Below this size `DenseLU.transposed_solver` applies an explicit inverse: for tiny
+# systems each triangular solve is a library call whose overhead dwarfs its N^2 work.
+SMALL_INVERSE_MAX_SIZE = 8
+
+
 class DenseLU(AbstractFactorisation):
     """An LU factorisation (`jax.scipy.linalg.lu_factor`) of the dense matrix, and the
     Jacobian ``J`` it was formed from (the ESDIRK reverse step reuses both)."""
@@ -78,6 +88,16 @@ class DenseLU(AbstractFactorisation):
     def solve_transposed(self, b: Array) -> Array:
         return jnp.vectorize(lambda w: jsl.lu_solve(self.lu, w, trans=1),
                              signature="(n)->(n)")(b)
+
+    def transposed_solver(self) -> Callable[[Array], Array]:
+        """For ``N <= SMALL_INVERSE_MAX_SIZE``: ``b -> b M^{-1}`` with ``M^{-1}`` from the
+        LU (one solve with ``N`` columns), so that each later solve is one fused product
+        instead of two triangular-solve calls; the same solution to round-off."""
+        size = self.lu[0].shape[-1]
+        if size > SMALL_INVERSE_MAX_SIZE:
+            return self.solve_transposed
+        inverse = jsl.lu_solve(self.lu, jnp.eye(size, dtype=self.lu[0].dtype))
+        return lambda b: b @ inverse
 
 
 class DenseLinearSolver(AbstractLinearSolver):
