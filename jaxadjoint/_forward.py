@@ -217,7 +217,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     live = tuple(m for m in plan.live if m < plan.num_main)
     evals_per_step = solver.rhs_evals_per_step + (0 if solver.fsal else 1)
     stiff = bool(solver.jacobians_per_step)
-    reuse_on_rejection = stiff and solver.reuse_jacobian != "never"
+    # Stiff steps whose Jacobian is kept across a rejection (`linearise`); with "never" the
+    # step computes its own, fused with the rest of the step (no carry, no branch).
+    reuse = stiff and solver.reuse_jacobian != "never"
     # Without save times (y(t1) only) the final state is the only row: no row in the loop.
     directions = getattr(system, "event_directions", ())
     has_events = bool(directions)
@@ -267,7 +269,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             result=RESULTS.where(save_times_valid(taus, tau0, tau1), RESULTS.successful,
                                  RESULTS.invalid_save_times),
         )
-        if stiff:
+        if reuse:
             # Room for the step's linearisation (J, ...): computed by the first attempt.
             shapes = jax.eval_shape(lambda: solver.linearise(f, tau0, y0))
             carry.update(
@@ -341,7 +343,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
         h_used = tau_next - tau
-        if stiff:
+        if reuse:
             linearisation, current = linearise(c["linearisation"], c["linearisation_current"],
                                                tau, y)
             step = solver.step(f, tau, y, h_used, c["k0"], tau_next, linearisation)
@@ -441,10 +443,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         small = dict(h=h_next, cstate=cstate, result=result,
                      num_steps=c["num_steps"] + 1,
                      num_rhs_evals=c["num_rhs_evals"] + step_evals)
-        if stiff:
+        if reuse:
             # Kept for the next attempt if it starts from the same point (a rejection).
-            small.update(linearisation=linearisation,
-                         linearisation_current=~accept & reuse_on_rejection,
+            small.update(linearisation_current=~accept,
                          num_jacobians=c["num_jacobians"] + (~current).astype(jnp.int32))
         small = jax.tree.map(
             lambda new, old: jnp.where(active, new, old),
@@ -461,6 +462,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             store=store,
             num_accepted=n_new,
             stiffness=stiffness,
+            **({"linearisation": linearisation} if reuse else {}),
             **small,
             **events,
         )
@@ -480,8 +482,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_rhs_evals=1 + final["init_evals"] + final["num_rhs_evals"],
             **tracker_stats(final["stiffness"], direction),
         )
-        if stiff:
+        if reuse:
             stats["num_jacobians"] = final["num_jacobians"]
+        elif stiff:
+            stats["num_jacobians"] = solver.jacobians_per_step * num_steps
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)
         ys = interpolate(plan.weights, rows, taus, save_rows(rows))

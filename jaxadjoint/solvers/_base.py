@@ -191,19 +191,25 @@ class AbstractStiffFamily(AbstractSolver):
 
     ``reuse_jacobian`` (keyword only): when the forward loop may skip computing ``J``:
 
-    - ``"rejections"`` (default): after a rejected step, whose retry starts from the same
-      ``(t_n, y_n)`` and so needs bitwise the same ``J`` (only the LU of
-      ``I - gamma h J`` is redone for the new ``h``).  Exact: the solution is the same as
-      with ``"never"``, bit for bit, with one Jacobian per accepted step instead of one
-      per attempt.
-    - ``"never"``: a Jacobian for every attempted step.
+    - ``"never"`` (default): every attempted step computes its ``J``, fused with the rest
+      of the step.
+    - ``"rejections"``: after a rejected step, whose retry starts from the same
+      ``(t_n, y_n)`` and so needs bitwise the same ``J``, the loop keeps it (only the LU
+      of ``I - gamma h J`` is redone for the new ``h``): one Jacobian per accepted step
+      instead of one per attempt, the same steps and the same solution (to round-off:
+      bit for bit where XLA rounds ``J`` alike in both programs).  Keeping ``J`` costs a
+      carried ``N x N`` array and a branch per step, which on the benchmark problems
+      (Robertson, Van der Pol, the Brusselator, a small neural field; 2-12 % rejected
+      steps) costs more than the Jacobians it saves: measured 0.94-1.34x the time of
+      ``"never"`` (benchmarks/README.md).  For fields whose Jacobian is dear and whose
+      steps are often rejected.
     """
 
     tableau: ClassVar[Any]
     linear_solver: AbstractLinearSolver = eqx.field(default=DenseLinearSolver(), kw_only=True)
-    reuse_jacobian: str = eqx.field(static=True, default="rejections", kw_only=True)
+    reuse_jacobian: str = eqx.field(static=True, default="never", kw_only=True)
     # The values `reuse_jacobian` may take for this family.
-    reuse_choices: ClassVar[tuple[str, ...]] = ("rejections", "never")
+    reuse_choices: ClassVar[tuple[str, ...]] = ("never", "rejections")
 
     def __check_init__(self) -> None:
         if self.reuse_jacobian not in self.reuse_choices:
