@@ -32,7 +32,8 @@ stage (at ``y_n``) and the second-order term are ONE vector-Jacobian product aft
 The transposed solves use the forward LU (`_linear_solver`); for tiny states (``N <= 8``)
 through ``M^{-1}`` formed once from it, so that each is one fused product rather than two
 triangular-solve library calls (Van der Pol, ``N = 2``: 32 -> 18 library calls and 65 ->
-59 fusions in the reverse loop body; Rodas5 gradient 0.6-0.8x the time before).
+59 fusions in the reverse loop body; the gradient 0.46-0.81x the time before on Van der
+Pol and Robertson, unchanged on the Brusselator; benchmarks/README.md).
 
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
 the forward step runs, so the reverse pass linearises at bitwise the forward values.
