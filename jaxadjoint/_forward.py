@@ -462,6 +462,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             store=store,
             num_accepted=n_new,
             stiffness=stiffness,
+            # Not guarded by `active`: a finished lane's is J at its own (unchanged) point
+            # (kept or recomputed), and no step of that lane uses it again.
             **({"linearisation": linearisation} if reuse else {}),
             **small,
             **events,
