@@ -32,6 +32,7 @@ with it is that of the augmented system.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
@@ -41,7 +42,12 @@ import jax.scipy.linalg as jsl
 from jax import Array
 
 from .solvers._base import AbstractSolver, AbstractStiffFamily
-from .solvers._linear_solver import AbstractFactorisation, AbstractLinearSolver, FlatField
+from .solvers._linear_solver import (
+    AbstractFactorisation,
+    AbstractLinearSolver,
+    FlatField,
+    small_lu_solver,
+)
 
 
 class Block(eqx.Module):
@@ -88,16 +94,28 @@ class BlockFactorisation(AbstractFactorisation):
     def field(self, z: Array) -> Array:
         return eqx.combine(self.field_arrays, self.field_static)(z)
 
-    def _diagonal_solve(self, k: int, rhs: Array, trans: int) -> Array:
+    def _diagonal_solve(self, k: int, rhs: Array, trans: int, small: bool = False) -> Array:
+        """Solve with diagonal block ``k``; ``small``: tiny blocks by `small_lu_solver`
+        (the arithmetic `DenseLU.solver` uses, so that a step of an augmented system
+        solves its state block exactly as the plain step does)."""
         block = self.blocks[k]
         if block.diagonal == "zero":
             return rhs
+        lu = self.lus[k] if block.diagonal == "jacobian" else self.lus[block.of]
+        unrolled = small_lu_solver(lu, bool(trans)) if small else None
         if block.diagonal == "jacobian":
-            return jsl.lu_solve(self.lus[k], rhs, trans=trans)
+            return jsl.lu_solve(lu, rhs, trans=trans) if unrolled is None else unrolled(rhs)
         matrix = rhs.reshape(block.size // block.columns, block.columns)
-        return jsl.lu_solve(self.lus[block.of], matrix, trans=trans).reshape(-1)
+        if unrolled is None:
+            return jsl.lu_solve(lu, matrix, trans=trans).reshape(-1)
+        return unrolled(matrix.T).T.reshape(-1)
 
-    def solve(self, b: Array) -> Array:
+    def solver(self) -> Callable[[Array], Array]:
+        """`solve` with tiny diagonal blocks substituted in JAX arithmetic (as
+        `DenseLU.solver`)."""
+        return lambda b: self.solve(b, small=True)
+
+    def solve(self, b: Array, small: bool = False) -> Array:
         x = jnp.zeros_like(b)
         for k, block in enumerate(self.blocks):
             rhs = b[block.slice]
@@ -105,7 +123,7 @@ class BlockFactorisation(AbstractFactorisation):
                 # gamma h sum_{j<k} A_kj x_j: x holds zeros beyond the solved blocks.
                 coupling = jax.jvp(self.field, (self.z,), (x,))[1][block.slice]
                 rhs = rhs + self.gamma_h * coupling
-            x = x.at[block.slice].set(self._diagonal_solve(k, rhs, trans=0))
+            x = x.at[block.slice].set(self._diagonal_solve(k, rhs, trans=0, small=small))
         return x
 
     def solve_transposed(self, b: Array) -> Array:

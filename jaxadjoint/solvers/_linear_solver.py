@@ -10,7 +10,9 @@ for every stage (and every Newton iteration).  They ask their ``linear_solver`` 
   ``I - gamma h J``).  The forward loop keeps ``jac`` across a rejected step, which restarts
   from the same ``(t, y)`` with a smaller ``h`` (`_forward`), so only the LU is redone;
 - its `solve(b)` applies ``(I - gamma h J)^{-1}``, and `solve_transposed(b)` its
-  transpose (the adjoint of a linear solve).
+  transpose (the adjoint of a linear solve); `solver()` and `transposed_solver()` return
+  them prepared for several right-hand sides (for tiny dense systems, the substitution
+  unrolled in JAX arithmetic instead of library calls).
 
 The default, `DenseLinearSolver`, forms ``J`` with `jax.jacfwd` (``N`` JVPs of ``f``) and
 takes one LU of the ``N x N`` matrix.  A system with structure supplies its own: the
@@ -46,6 +48,11 @@ class AbstractFactorisation(eqx.Module):
     def solve_transposed(self, b: Array) -> Array:
         """``(I - gamma h J)^{-T} b``; ``b`` may carry leading (seed) axes."""
 
+    def solver(self) -> Callable[[Array], Array]:
+        """`solve`, prepared for several right-hand sides given one by one (the stages of
+        a step): by default `solve` itself."""
+        return self.solve
+
     def transposed_solver(self) -> Callable[[Array], Array]:
         """`solve_transposed`, prepared for several right-hand sides given one by one (the
         stages of a reverse step): by default `solve_transposed` itself."""
@@ -70,9 +77,47 @@ class AbstractLinearSolver(eqx.Module):
         return self.factor_jacobian(self.jacobian(f, t, y), f, t, y, gamma_h)
 
 
-# Below this size `DenseLU.transposed_solver` applies an explicit inverse: for tiny
-# systems each triangular solve is a library call whose overhead dwarfs its N^2 work.
-SMALL_INVERSE_MAX_SIZE = 8
+# Up to this size `DenseLU.solver` and `transposed_solver` substitute with the LU factors
+# in unrolled JAX arithmetic: for tiny systems each triangular-solve library call costs far
+# more than its N^2 work, and the unrolled substitution fuses with what surrounds it.
+SMALL_SYSTEM_MAX_SIZE = 8
+
+
+def _substitute(lu: Array, perm: Array, b: Array, trans: bool) -> Array:
+    """``M^{-1} b`` (or ``M^{-T} b``) from ``P M = L U`` by forward and back substitution,
+    unrolled over the ``N`` rows (the arithmetic of a triangular solve); ``b (..., N)``."""
+    n = lu.shape[-1]
+    if not trans:
+        rows = [b[..., perm[i]] for i in range(n)]
+        for i in range(n):  # L (unit lower)
+            for j in range(i):
+                rows[i] = rows[i] - lu[i, j] * rows[j]
+        for i in reversed(range(n)):  # U
+            for j in range(i + 1, n):
+                rows[i] = rows[i] - lu[i, j] * rows[j]
+            rows[i] = rows[i] / lu[i, i]
+        return jnp.stack(rows, axis=-1)
+    rows = [b[..., i] for i in range(n)]
+    for i in range(n):  # U^T (lower)
+        for j in range(i):
+            rows[i] = rows[i] - lu[j, i] * rows[j]
+        rows[i] = rows[i] / lu[i, i]
+    for i in reversed(range(n)):  # L^T (unit upper)
+        for j in range(i + 1, n):
+            rows[i] = rows[i] - lu[j, i] * rows[j]
+    # x = P^T w: row perm[i] of x is row i of w.
+    return jnp.stack(rows, axis=-1)[..., jnp.argsort(perm)]
+
+
+def small_lu_solver(lu: tuple[Array, Array], trans: bool) -> Callable[[Array], Array] | None:
+    """``b -> M^{-1} b`` (``M^{-T} b`` with ``trans``) by `_substitute` from the LU of
+    `jax.scipy.linalg.lu_factor`, for ``N <= SMALL_SYSTEM_MAX_SIZE``; else ``None``."""
+    factors, pivots = lu
+    size = factors.shape[-1]
+    if size > SMALL_SYSTEM_MAX_SIZE:
+        return None
+    perm = jax.lax.linalg.lu_pivots_to_permutation(pivots, size)
+    return lambda b: _substitute(factors, perm, b, trans)
 
 
 class DenseLU(AbstractFactorisation):
@@ -89,15 +134,14 @@ class DenseLU(AbstractFactorisation):
         return jnp.vectorize(lambda w: jsl.lu_solve(self.lu, w, trans=1),
                              signature="(n)->(n)")(b)
 
+    def solver(self) -> Callable[[Array], Array]:
+        """For ``N <= SMALL_SYSTEM_MAX_SIZE``: the substitution unrolled in JAX arithmetic
+        (`_substitute`), which fuses, instead of two triangular-solve library calls."""
+        return small_lu_solver(self.lu, trans=False) or self.solve
+
     def transposed_solver(self) -> Callable[[Array], Array]:
-        """For ``N <= SMALL_INVERSE_MAX_SIZE``: ``b -> b M^{-1}`` with ``M^{-1}`` from the
-        LU (one solve with ``N`` columns), so that each later solve is one fused product
-        instead of two triangular-solve calls; the same solution to round-off."""
-        size = self.lu[0].shape[-1]
-        if size > SMALL_INVERSE_MAX_SIZE:
-            return self.solve_transposed
-        inverse = jsl.lu_solve(self.lu, jnp.eye(size, dtype=self.lu[0].dtype))
-        return lambda b: b @ inverse
+        """As `solver`, for ``(I - gamma h J)^{-T}``."""
+        return small_lu_solver(self.lu, trans=True) or self.solve_transposed
 
 
 class DenseLinearSolver(AbstractLinearSolver):

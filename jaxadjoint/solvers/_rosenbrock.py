@@ -29,11 +29,13 @@ Cost (what the reverse loop's body runs per step): inside the stage recursion on
 state part of each stage's VJP (``Ybar_i``, ``i > 1``) and the transposed solve; the
 parameter parts ``pbar_i`` of all stages (stages held fixed), the state part of the first
 stage (at ``y_n``) and the second-order term are ONE vector-Jacobian product after it.
-The transposed solves use the forward LU (`_linear_solver`); for tiny states (``N <= 8``)
-through ``M^{-1}`` formed once from it, so that each is one fused product rather than two
-triangular-solve library calls (Van der Pol, ``N = 2``: 32 -> 18 library calls and 65 ->
-59 fusions in the reverse loop body; the gradient 0.46-0.81x the time before on Van der
-Pol and Robertson, unchanged on the Brusselator; benchmarks/README.md).
+The transposed solves use the forward LU (`_linear_solver`).  For tiny states (``N <= 8``)
+the step's solves and the adjoint's transposed ones substitute with the LU factors in
+unrolled JAX arithmetic (`_linear_solver._substitute`) instead of calling the triangular
+solver of the linear-algebra library twice per solve: the same arithmetic, fused with the
+stage updates (Van der Pol, ``N = 2``: no library call left in the loop bodies but the LU
+itself; the forward solve 0.3-0.5x and the gradient 0.4-0.6x their earlier time on Van
+der Pol and Robertson; benchmarks/README.md).
 
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
 the forward step runs, so the reverse pass linearises at bitwise the forward values.
@@ -121,6 +123,7 @@ def _stages(
     jac, f_t = linearisation
     gh = tableau.gamma * h
     lu = linear_solver.factor_jacobian(jac, f, t, y, gh)
+    solve = lu.solver()
     stages, ks, us = [], [], []
     for i in range(tableau.num_stages):
         stage = _combine(y, tableau.a[i, :i], us)
@@ -133,7 +136,7 @@ def _stages(
             r = r + (float(tableau.gamma * tableau.d[i]) * (h * h)) * f_t
         stages.append(stage)
         ks.append(k)
-        us.append(lu.solve(r))
+        us.append(solve(r))
     return _Stages(lu, stages, ks, us)
 
 
