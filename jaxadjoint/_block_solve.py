@@ -102,7 +102,7 @@ class BlockFactorisation(AbstractFactorisation):
         if block.diagonal == "zero":
             return rhs
         lu = self.lus[k] if block.diagonal == "jacobian" else self.lus[block.of]
-        unrolled = small_lu_solver(lu, bool(trans)) if small else None
+        unrolled = small_lu_solver(lu) if small and not trans else None
         if block.diagonal == "jacobian":
             return jsl.lu_solve(lu, rhs, trans=trans) if unrolled is None else unrolled(rhs)
         matrix = rhs.reshape(block.size // block.columns, block.columns)

@@ -30,12 +30,13 @@ state part of each stage's VJP (``Ybar_i``, ``i > 1``) and the transposed solve;
 parameter parts ``pbar_i`` of all stages (stages held fixed), the state part of the first
 stage (at ``y_n``) and the second-order term are ONE vector-Jacobian product after it.
 The transposed solves use the forward LU (`_linear_solver`).  For tiny states (``N <= 8``)
-the step's solves and the adjoint's transposed ones substitute with the LU factors in
-unrolled JAX arithmetic (`_linear_solver._substitute`) instead of calling the triangular
-solver of the linear-algebra library twice per solve: the same arithmetic, fused with the
-stage updates (Van der Pol, ``N = 2``: no library call left in the loop bodies but the LU
-itself; the forward solve 0.3-0.5x and the gradient 0.4-0.6x their earlier time on Van
-der Pol and Robertson; benchmarks/README.md).
+no solve calls the linear-algebra library (two triangular-solve calls each): the step's
+solves substitute with the LU factors in unrolled JAX arithmetic (`DenseLU.solver`, the
+same arithmetic), and the adjoint's transposed ones are products with ``M^{-T}``, formed
+once per step by that substitution (`DenseLU.transposed_solver`).  Van der Pol, ``N = 2``:
+library calls in the loop bodies 16 -> 0 (forward) and 32 -> 0 (reverse), the LU itself
+aside; forward 0.3-0.5x and gradient about 0.3-0.5x their earlier time on Van der Pol and
+Robertson (benchmarks/README.md).
 
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
 the forward step runs, so the reverse pass linearises at bitwise the forward values.
