@@ -200,7 +200,7 @@ class AbstractStiffFamily(AbstractSolver):
       bit for bit where XLA rounds ``J`` alike in both programs).  Keeping ``J`` costs a
       carried ``N x N`` array and a branch per step, which on the benchmark problems
       (Robertson, Van der Pol, the Brusselator, a small neural field; 2-12 % rejected
-      steps) costs more than the Jacobians it saves: measured 0.94-1.34x the time of
+      steps) costs more than the Jacobians it saves: measured 0.98-1.13x the time of
       ``"never"`` (benchmarks/README.md).  For fields whose Jacobian is dear and whose
       steps are often rejected.
     """
