@@ -32,6 +32,7 @@ with it is that of the augmented system.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
@@ -41,7 +42,12 @@ import jax.scipy.linalg as jsl
 from jax import Array
 
 from .solvers._base import AbstractSolver, AbstractStiffFamily
-from .solvers._linear_solver import AbstractFactorisation, AbstractLinearSolver, FlatField
+from .solvers._linear_solver import (
+    AbstractFactorisation,
+    AbstractLinearSolver,
+    FlatField,
+    small_lu_solver,
+)
 
 
 class Block(eqx.Module):
@@ -88,16 +94,28 @@ class BlockFactorisation(AbstractFactorisation):
     def field(self, z: Array) -> Array:
         return eqx.combine(self.field_arrays, self.field_static)(z)
 
-    def _diagonal_solve(self, k: int, rhs: Array, trans: int) -> Array:
+    def _diagonal_solve(self, k: int, rhs: Array, trans: int, small: bool = False) -> Array:
+        """Solve with diagonal block ``k``; ``small``: tiny blocks by `small_lu_solver`
+        (the arithmetic `DenseLU.solver` uses, so that a step of an augmented system
+        solves its state block exactly as the plain step does)."""
         block = self.blocks[k]
         if block.diagonal == "zero":
             return rhs
+        lu = self.lus[k] if block.diagonal == "jacobian" else self.lus[block.of]
+        unrolled = small_lu_solver(lu) if small and not trans else None
         if block.diagonal == "jacobian":
-            return jsl.lu_solve(self.lus[k], rhs, trans=trans)
+            return jsl.lu_solve(lu, rhs, trans=trans) if unrolled is None else unrolled(rhs)
         matrix = rhs.reshape(block.size // block.columns, block.columns)
-        return jsl.lu_solve(self.lus[block.of], matrix, trans=trans).reshape(-1)
+        if unrolled is None:
+            return jsl.lu_solve(lu, matrix, trans=trans).reshape(-1)
+        return unrolled(matrix.T).T.reshape(-1)
 
-    def solve(self, b: Array) -> Array:
+    def solver(self) -> Callable[[Array], Array]:
+        """`solve` with tiny diagonal blocks substituted in JAX arithmetic (as
+        `DenseLU.solver`)."""
+        return lambda b: self.solve(b, small=True)
+
+    def solve(self, b: Array, small: bool = False) -> Array:
         x = jnp.zeros_like(b)
         for k, block in enumerate(self.blocks):
             rhs = b[block.slice]
@@ -105,7 +123,7 @@ class BlockFactorisation(AbstractFactorisation):
                 # gamma h sum_{j<k} A_kj x_j: x holds zeros beyond the solved blocks.
                 coupling = jax.jvp(self.field, (self.z,), (x,))[1][block.slice]
                 rhs = rhs + self.gamma_h * coupling
-            x = x.at[block.slice].set(self._diagonal_solve(k, rhs, trans=0))
+            x = x.at[block.slice].set(self._diagonal_solve(k, rhs, trans=0, small=small))
         return x
 
     def solve_transposed(self, b: Array) -> Array:
@@ -135,21 +153,32 @@ class BlockTriangularSolver(AbstractLinearSolver):
 
     blocks: tuple[Block, ...] = eqx.field(static=True)
 
-    def factor(self, f: FlatField, t: Array, y: Array, gamma_h: Array) -> BlockFactorisation:
+    def jacobian(self, f: FlatField, t: Array, y: Array) -> tuple[Array | None, ...]:
+        """The Jacobians of the ``"jacobian"`` diagonal blocks (``None`` for the others)."""
         field = eqx.filter_closure_convert(lambda z: f(t, z), y)
-        lus = []
+        jacs = []
         for block in self.blocks:
             if block.diagonal != "jacobian":
-                lus.append(None)
+                jacs.append(None)
                 continue
             part = block.slice
 
             def block_field(x: Array, part: slice = part) -> Array:
                 return field(y.at[part].set(x))[part]
 
-            jac = jax.jacfwd(block_field)(y[part])
+            jacs.append(jax.jacfwd(block_field)(y[part]))
+        return tuple(jacs)
+
+    def factor_jacobian(self, jac: tuple[Array | None, ...], f: FlatField, t: Array,
+                        y: Array, gamma_h: Array) -> BlockFactorisation:
+        field = eqx.filter_closure_convert(lambda z: f(t, z), y)
+        lus = []
+        for block, block_jac in zip(self.blocks, jac):
+            if block_jac is None:
+                lus.append(None)
+                continue
             eye = jnp.eye(block.size, dtype=y.dtype)
-            lus.append(jsl.lu_factor(eye - gamma_h * jac))
+            lus.append(jsl.lu_factor(eye - gamma_h * block_jac))
         arrays, static = eqx.partition(field, eqx.is_array)
         return BlockFactorisation(field_arrays=arrays, field_static=static, z=y,
                                   gamma_h=gamma_h, lus=tuple(lus), blocks=self.blocks)

@@ -216,6 +216,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     eps = jnp.finfo(dtype).eps
     live = tuple(m for m in plan.live if m < plan.num_main)
     evals_per_step = solver.rhs_evals_per_step + (0 if solver.fsal else 1)
+    stiff = bool(solver.jacobians_per_step)
+    # Stiff steps whose Jacobian is kept across a rejection (`linearise`); with "never" the
+    # step computes its own, fused with the rest of the step (no carry, no branch).
+    reuse = stiff and solver.reuse_jacobian != "never"
     # Without save times (y(t1) only) the final state is the only row: no row in the loop.
     directions = getattr(system, "event_directions", ())
     has_events = bool(directions)
@@ -271,6 +275,14 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                                 save_times_valid(taus, tau0, tau1),
                                 controller.inputs_valid(tau0, tau1, direction), check_times),
         )
+        if reuse:
+            # Room for the step's linearisation (J, ...): computed by the first attempt.
+            shapes = jax.eval_shape(lambda: solver.linearise(f, tau0, y0))
+            carry.update(
+                linearisation=jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes),
+                linearisation_current=jnp.array(False),
+                num_jacobians=jnp.int32(0),
+            )
         if has_events:
             carry.update(event_start(y0))
             carry["result"] = RESULTS.where(
@@ -285,6 +297,22 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             g = jnp.where(system.event_zero_start, 0, g)
         return dict(g=g, fired=jnp.array(False), event_tau=tau1, event_row=jnp.int32(0),
                     which=jnp.int32(-1), event_scale=jnp.zeros((), dtype))
+
+    def linearise(kept: Any, current: Array, tau: Array, y: Array) -> tuple[Any, Array]:
+        """The stiff step's linearisation at ``(tau, y)`` (``J``; `solvers._base`), and
+        whether it was kept (``current``) rather than computed.
+
+        ``current`` is true after a rejected step: the next attempt starts from the same
+        ``(tau, y)``, so ``kept`` is bitwise what it would compute, and only the LU of
+        ``I - gamma h J`` (it depends on ``h``) is redone.  Unbatched this is a real branch:
+        the Jacobian's ``N`` JVPs are skipped.  Under `jax.vmap` (a batch of solves sharing
+        the loop) the predicate differs between lanes, so `lax.cond` becomes a select that
+        evaluates both branches: every lane computes ``J`` on every attempt, as without
+        reuse, and takes the kept one where it may (same values, same count reported).
+        """
+        lin = jax.lax.cond(current, lambda kept, tau, y: kept,
+                           lambda kept, tau, y: solver.linearise(f, tau, y), kept, tau, y)
+        return lin, current
 
     def running(c: dict) -> Array:
         going = (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
@@ -321,7 +349,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         lands = tau_prop >= target - 4 * eps * jnp.abs(target)
         tau_next = jnp.where(lands, target, tau_prop)
         h_used = tau_next - tau
-        step = solver.step(f, tau, y, h_used, c["k0"], tau_next)
+        if reuse:
+            linearisation, current = linearise(c["linearisation"], c["linearisation_current"],
+                                               tau, y)
+            step = solver.step(f, tau, y, h_used, c["k0"], tau_next, linearisation)
+        else:
+            step = solver.step(f, tau, y, h_used, c["k0"], tau_next)
         finite = jnp.all(jnp.isfinite(step.y_new))
         if step.y_error is not None:
             finite = finite & jnp.all(jnp.isfinite(step.y_error))
@@ -416,6 +449,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         small = dict(h=h_next, cstate=cstate, result=result,
                      num_steps=c["num_steps"] + 1,
                      num_rhs_evals=c["num_rhs_evals"] + step_evals)
+        if reuse:
+            # Kept for the next attempt if it starts from the same point (a rejection).
+            small.update(linearisation_current=~accept,
+                         num_jacobians=c["num_jacobians"] + (~current).astype(jnp.int32))
         small = jax.tree.map(
             lambda new, old: jnp.where(active, new, old),
             small, {key: c[key] for key in small},
@@ -431,6 +468,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             store=store,
             num_accepted=n_new,
             stiffness=stiffness,
+            # Not guarded by `active`: a finished lane's is J at its own (unchanged) point
+            # (kept or recomputed), and no step of that lane uses it again.
+            **({"linearisation": linearisation} if reuse else {}),
             **small,
             **events,
         )
@@ -450,7 +490,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             num_rhs_evals=1 + final["init_evals"] + final["num_rhs_evals"],
             **tracker_stats(final["stiffness"], direction),
         )
-        if solver.jacobians_per_step:
+        if reuse:
+            stats["num_jacobians"] = final["num_jacobians"]
+        elif stiff:
             stats["num_jacobians"] = solver.jacobians_per_step * num_steps
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)

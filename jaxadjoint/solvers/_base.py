@@ -13,6 +13,12 @@ solver only through this interface, so they do not care which family took a step
   step)``, the exact derivative of `step` on the recorded grid (``t_n``, ``h`` constants);
 - `stage_plan(interpolating)`: the stages the dense output reads (`_dense.StagePlan`).
 
+Stiff families (`AbstractStiffFamily`) also split off the part of a step that depends only
+on its start ``(t, y)``, not on ``h``: `linearise(f, t, y)` (``J = df/dy``, and what else
+the family needs there), which `step` accepts as ``linearisation=``.  A rejected step
+restarts from the same ``(t, y)``, so the forward loop passes the previous attempt's
+linearisation instead of computing it again (bitwise the same values).
+
 Explicit Runge–Kutta methods additionally let the sweep take the parameter adjoint of
 several stages (of several steps) as one vector–Jacobian product (`stage_rows`); other
 families adjoin a whole step at once.
@@ -182,10 +188,33 @@ class AbstractStiffFamily(AbstractSolver):
     ``linear_solver`` (keyword only) is how a step solves with ``I - gamma h J``
     (`_linear_solver`): by default a dense Jacobian and LU; the sensitivity methods give
     their block-triangular augmented systems a structured one (`_block_solve`).
+
+    ``reuse_jacobian`` (keyword only): when the forward loop may skip computing ``J``:
+
+    - ``"never"`` (default): every attempted step computes its ``J``, fused with the rest
+      of the step.
+    - ``"rejections"``: after a rejected step, whose retry starts from the same
+      ``(t_n, y_n)`` and so needs bitwise the same ``J``, the loop keeps it (only the LU
+      of ``I - gamma h J`` is redone for the new ``h``): one Jacobian per accepted step
+      instead of one per attempt, the same steps and the same solution (to round-off:
+      bit for bit where XLA rounds ``J`` alike in both programs).  Keeping ``J`` costs a
+      carried ``N x N`` array and a branch per step, which on the benchmark problems
+      (Robertson, Van der Pol, the Brusselator, a small neural field; 2-12 % rejected
+      steps) costs more than the Jacobians it saves: measured 0.98-1.13x the time of
+      ``"never"`` (benchmarks/README.md).  For fields whose Jacobian is dear and whose
+      steps are often rejected.
     """
 
     tableau: ClassVar[Any]
     linear_solver: AbstractLinearSolver = eqx.field(default=DenseLinearSolver(), kw_only=True)
+    reuse_jacobian: str = eqx.field(static=True, default="never", kw_only=True)
+    # The values `reuse_jacobian` may take for this family.
+    reuse_choices: ClassVar[tuple[str, ...]] = ("never", "rejections")
+
+    def __check_init__(self) -> None:
+        if self.reuse_jacobian not in self.reuse_choices:
+            raise ValueError(f"`reuse_jacobian` must be one of {self.reuse_choices}, got "
+                             f"{self.reuse_jacobian!r}")
 
     @property
     def adaptive(self) -> bool:
@@ -210,3 +239,8 @@ class AbstractStiffFamily(AbstractSolver):
     @property
     def jacobians_per_step(self) -> int:
         return 1
+
+    def linearise(self, f: FlatField, t: Array, y: Array) -> Any:
+        """What a step computes at its start ``(t, y)`` whatever its size: ``J = df/dy``
+        in the form of the ``linear_solver`` (module docstring)."""
+        return self.linear_solver.jacobian(f, t, y)

@@ -85,15 +85,16 @@ def _guess(coeffs: np.ndarray, ks: list[Array]) -> Array:
 
 def esdirk_step(
     solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array,
+    t_next: Array, jac: Any = None,
 ) -> StepOutput:
-    """One ESDIRK step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
-    return _step_and_factorisation(solver, f, t, y, h, k1, t_next)[0]
+    """One ESDIRK step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``
+    (``jac``: the linear solver's ``J(t, y)``, if already computed)."""
+    return _step_and_factorisation(solver, f, t, y, h, k1, t_next, jac)[0]
 
 
 def _step_and_factorisation(
     solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array,
+    t_next: Array, jac: Any = None,
 ) -> tuple[StepOutput, AbstractFactorisation]:
     """`esdirk_step` and the factorisation of ``I - gamma h J(t, y)`` it used."""
     tableau = solver.tableau
@@ -103,7 +104,9 @@ def _step_and_factorisation(
     rtol, atol = solver.tolerances
     dtype = y.dtype
     hg = tableau.gamma * h
-    lu = solver.linear_solver.factor(f, t, y, hg)
+    if jac is None:
+        jac = solver.linear_solver.jacobian(f, t, y)
+    lu = solver.linear_solver.factor_jacobian(jac, f, t, y, hg)
     scale = atol + rtol * jnp.abs(y)
     eps = jnp.finfo(dtype).eps
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
@@ -371,8 +374,8 @@ class AbstractESDIRK(AbstractStiffFamily):
         return eqx.tree_at(lambda s: s.tolerances, self, (rtol, atol),
                            is_leaf=lambda x: x is None)
 
-    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
-        return esdirk_step(self, f, t, y, h, k1, t_next)
+    def step(self, f, t, y, h, k1, t_next, linearisation=None) -> StepOutput:
+        return esdirk_step(self, f, t, y, h, k1, t_next, linearisation)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:

@@ -25,6 +25,19 @@ with ``U_i`` and ``rbar_i`` held fixed: one vector-Jacobian product of ``s`` sta
 Jacobian-vector products of ``f`` in ``(t, y)`` (tangent ``(gamma d_i h^2, gamma h U_i)``),
 never a second derivative tensor.  Then ``lam_n = lam + sum_i Ybar_i + ybar``.
 
+Cost (what the reverse loop's body runs per step): inside the stage recursion only the
+state part of each stage's VJP (``Ybar_i``, ``i > 1``) and the transposed solve; the
+parameter parts ``pbar_i`` of all stages (stages held fixed), the state part of the first
+stage (at ``y_n``) and the second-order term are ONE vector-Jacobian product after it.
+The transposed solves use the forward LU (`_linear_solver`).  For tiny states (``N <= 8``)
+no solve calls the linear-algebra library (two triangular-solve calls each): the step's
+solves substitute with the LU factors in unrolled JAX arithmetic (`DenseLU.solver`, the
+same arithmetic), and the adjoint's transposed ones are products with ``M^{-T}``, formed
+once per step by that substitution (`DenseLU.transposed_solver`).  Van der Pol, ``N = 2``:
+library calls in the loop bodies 16 -> 0 (forward) and 32 -> 0 (reverse), the LU itself
+aside; forward 0.3-0.5x and gradient about 0.3-0.5x their earlier time on Van der Pol and
+Robertson (benchmarks/README.md).
+
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
 the forward step runs, so the reverse pass linearises at bitwise the forward values.
 
@@ -89,14 +102,29 @@ class _Stages(NamedTuple):
     us: list[Array]  # U_i
 
 
+def linearise(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array,
+    linear_solver: AbstractLinearSolver,
+) -> tuple[Any, Array | None]:
+    """``(J, f_t)`` at ``(t, y)`` (``f_t`` is ``None`` when no ``d_i`` uses it): the part of
+    a step that does not depend on ``h``, kept by the forward loop across a rejection."""
+    f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
+    return linear_solver.jacobian(f, t, y), f_t
+
+
 def _stages(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
-    t_next: Array, linear_solver: AbstractLinearSolver,
+    t_next: Array, linear_solver: AbstractLinearSolver, linearisation: Any = None,
 ) -> _Stages:
-    """The stages of one step (module docstring); shared by the step and its adjoint."""
-    f_t = _time_derivative(f, t, y) if np.any(tableau.d != 0) else None
+    """The stages of one step (module docstring); shared by the step and its adjoint.
+
+    ``linearisation``: `linearise` at ``(t, y)`` if already computed."""
+    if linearisation is None:
+        linearisation = linearise(tableau, f, t, y, linear_solver)
+    jac, f_t = linearisation
     gh = tableau.gamma * h
-    lu = linear_solver.factor(f, t, y, gh)
+    lu = linear_solver.factor_jacobian(jac, f, t, y, gh)
+    solve = lu.solver()
     stages, ks, us = [], [], []
     for i in range(tableau.num_stages):
         stage = _combine(y, tableau.a[i, :i], us)
@@ -109,16 +137,18 @@ def _stages(
             r = r + (float(tableau.gamma * tableau.d[i]) * (h * h)) * f_t
         stages.append(stage)
         ks.append(k)
-        us.append(lu.solve(r))
+        us.append(solve(r))
     return _Stages(lu, stages, ks, us)
 
 
 def rosenbrock_step(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
     t_next: Array, linear_solver: AbstractLinearSolver = DenseLinearSolver(),
+    linearisation: Any = None,
 ) -> StepOutput:
-    """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``."""
-    st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver)
+    """One Rosenbrock step of size ``h = t_next - t`` from ``(t, y)``, ``k1 = f(t, y)``
+    (``linearisation``: `linearise` at ``(t, y)``, if already computed)."""
+    st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver, linearisation)
     y_new = _combine(y, tableau.m, st.us)
     y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
     # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
@@ -152,6 +182,8 @@ def rosenbrock_reverse_step(
 
     st = _stages(tableau, f, tau, y, h, f(tau, y), t_next, linear_solver)
     gh = gamma * h
+    times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
+    solve_transposed = st.lu.transposed_solver()
     stage_bars: list[Array | None] = [None] * s
     rbars: list[Array | None] = [None] * s
     for i in reversed(range(s)):
@@ -167,27 +199,31 @@ def rosenbrock_reverse_step(
             ubar = save_bar if ubar is None else ubar + save_bar
         if ubar is None:
             ubar = jnp.zeros_like(lam)
-        rbars[i] = st.lu.solve_transposed(ubar)
-        t_i = tau if i == 0 else _stage_time(tau, h, t_next, tableau.c[i])
-        _, vjp = jax.vjp(lambda x, p, t_i=t_i: field(t_i, x, p), st.stages[i], params)
-        stage_bars[i], p_bar = vjp(gh * rbars[i])
-        pbar = jax.tree.map(jnp.add, pbar, p_bar)
+        rbars[i] = solve_transposed(ubar)
+        if i > 0:  # stage 0 (at y_n) joins the second-order product below
+            _, vjp = jax.vjp(lambda x, t_i=times[i]: f(t_i, x), st.stages[i])
+            stage_bars[i] = vjp(gh * rbars[i])[0]
 
-    # Second-order terms: J and f_t depend on (y_n, p); U_i and rbar_i are held fixed.
+    # One vector-Jacobian product in (y_n, p) for the rest: the parameter adjoint of every
+    # stage slope (stages held fixed), the state adjoint of k_1 = f(t_n, y_n), and the
+    # second-order terms (J and f_t depend on (y_n, p); U_i and rbar_i held fixed).
     us = jnp.stack(st.us)
     dts = jnp.asarray(gamma * tableau.d, y.dtype) * (h * h)
+    later_times, later_stages = jnp.stack(times[1:]), jnp.stack(st.stages[1:])
 
-    def directional(x, p):
+    def linearised(x, p):
         def one(dt, u):
             return jax.jvp(lambda t, z: field(t, z, p), (tau, x), (dt, gh * u))[1]
 
-        return jax.vmap(one)(dts, us)
+        slopes = jax.vmap(lambda t_i, z: field(t_i, z, p))(later_times, later_stages)
+        return field(tau, x, p), slopes, jax.vmap(one)(dts, us)
 
-    _, vjp = jax.vjp(directional, y, params)
-    y_bar, p_bar = vjp(jnp.stack(rbars, axis=-2))
+    stacked = jnp.stack(rbars, axis=-2)
+    _, vjp = jax.vjp(linearised, y, params)
+    y_bar, p_bar = vjp((gh * rbars[0], gh * stacked[..., 1:, :], stacked))
     pbar = jax.tree.map(jnp.add, pbar, p_bar)
     lam_n = lam + y_bar
-    for stage_bar in stage_bars:
+    for stage_bar in stage_bars[1:]:
         lam_n = lam_n + stage_bar
     return lam_n, pbar
 
@@ -278,8 +314,12 @@ class AbstractRosenbrock(AbstractStiffFamily):
 
     tableau: ClassVar[RosenbrockTableau]
 
-    def step(self, f, t, y, h, k1, t_next) -> StepOutput:
-        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next, self.linear_solver)
+    def linearise(self, f, t, y) -> tuple[Any, Array | None]:
+        return linearise(self.tableau, f, t, y, self.linear_solver)
+
+    def step(self, f, t, y, h, k1, t_next, linearisation=None) -> StepOutput:
+        return rosenbrock_step(self.tableau, f, t, y, h, k1, t_next, self.linear_solver,
+                               linearisation)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
