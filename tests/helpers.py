@@ -65,3 +65,61 @@ def equations(jaxpr: jex.Jaxpr) -> Iterator:
         yield eqn
         for sub in subjaxprs(eqn):
             yield from equations(sub)
+
+
+# ------------------------------------------------------------------------------------------
+# Order of a continuous extension (the stiff families' dense output).
+
+EXTENSION_THETAS = (0.3, 0.75, 1.0)
+EXTENSION_STEPS = 0.2 / 2.0 ** np.arange(4)
+
+
+def one_step_extension(solver: Any, with_plain_end: bool = False) -> list[dict[str, Any]]:
+    """One step of each size in `EXTENSION_STEPS` on a smooth non-autonomous pendulum,
+    saved at ``t0 + theta h`` for `EXTENSION_THETAS`, against SciPy's DOP853 at rtol 1e-13.
+
+    Per step size: ``h``, ``ys`` (the saves), ``exact`` (the reference at the saves),
+    ``steps`` (accepted steps: must be 1) and, with ``with_plain_end``, ``end``: ``y_1`` of
+    the same step solved without saves.  One compiled program serves every ``h``.
+    """
+    import jax.numpy as jnp
+    from scipy.integrate import solve_ivp
+
+    def rhs(t, y, args):
+        return jnp.stack([y[1], -args * jnp.sin(y[0]) + jnp.cos(t)])
+
+    y0, t0 = jnp.array([0.3, -0.2]), 0.1
+    thetas = jnp.asarray(EXTENSION_THETAS)
+
+    @jax.jit
+    def one_step(h):
+        sol = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
+                       controller=ja.ConstantStep(h), saveat=t0 + thetas * h)
+        out = {"ys": sol.ys, "steps": sol.stats["num_accepted_steps"]}
+        if with_plain_end:
+            out["end"] = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
+                                  controller=ja.ConstantStep(h)).ys[-1]
+        return out
+
+    def exact(t):
+        def f(t, y):
+            return [y[1], -np.sin(y[0]) + np.cos(t)]
+        return solve_ivp(f, (t0, t), np.asarray(y0), method="DOP853", rtol=1e-13,
+                         atol=1e-15).y[:, -1]
+
+    results = []
+    for h in EXTENSION_STEPS:
+        out = {k: np.asarray(v) for k, v in one_step(h).items()}
+        out["h"] = h
+        out["exact"] = np.stack([exact(t0 + theta * h) for theta in EXTENSION_THETAS])
+        results.append(out)
+    return results
+
+
+def extension_orders(results: list[dict[str, Any]]) -> np.ndarray:
+    """Observed orders ``d log(error) / d log(h)`` at the interior thetas (0.3, 0.75),
+    one row per halving of ``h``: ``order + 1`` for an extension of order ``order``."""
+    errors = np.array([[np.abs(r["ys"][i] - r["exact"][i]).max() for i in range(2)]
+                       for r in results])
+    hs = np.array([r["h"] for r in results])
+    return np.diff(np.log(errors), axis=0) / np.diff(np.log(hs))[:, None]

@@ -73,13 +73,17 @@ def _solve(y0, args, t1, checkpoint):
 
 
 def _loss(y0, args, t1, checkpoint):
-    return jnp.sum(jnp.sin(_solve(y0, args, t1, checkpoint).ys[0]))
+    """The loss, and the number of accepted steps (aux: the lanes' step counts come from
+    the same compiled programs as their gradients)."""
+    sol = _solve(y0, args, t1, checkpoint)
+    return jnp.sum(jnp.sin(sol.ys[0])), sol.stats["num_accepted_steps"]
 
 
 # Compiled once per module and shared by the tests (a fresh `jax.jit(jax.vmap(...))` in each
 # test would compile the same program again): the gradient of one solve, `vmap(grad)` over
-# lanes with per-lane end times, and the sum over lanes' gradient (`grad(vmap)`).
-_grad = jax.grad(_loss, argnums=(0, 1))
+# lanes with per-lane end times, and the sum over lanes' gradient (`grad(vmap)`); each also
+# returns the accepted step counts.
+_grad = jax.grad(_loss, argnums=(0, 1), has_aux=True)
 single_grad = jax.jit(_grad, static_argnums=3)
 per_lane_grads = jax.jit(jax.vmap(_grad, in_axes=(0, None, 0, None)), static_argnums=3)
 
@@ -108,24 +112,20 @@ def test_paths_are_the_intended_ones():
 def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
     args, y0s = _problem(path)
     ck = CHECKPOINTS[checkpoint]
-    steps = jax.jit(jax.vmap(
-        lambda y0, t1: _solve(y0, args, t1, ck).stats["num_accepted_steps"]
-    ))(y0s, T1S)
-    single_steps = [int(_solve(y0s[i], args, T1S[i], ck).stats["num_accepted_steps"])
-                    for i in range(LANES)]
-    assert list(np.asarray(steps)) == single_steps
+    single, single_steps = zip(*[single_grad(y0s[i], args, T1S[i], ck) for i in range(LANES)])
+    single_steps = [int(n) for n in single_steps]
     assert len(set(single_steps)) >= 3  # lanes stop at different steps
 
-    single = [single_grad(y0s[i], args, T1S[i], ck) for i in range(LANES)]
-
-    # vmap(grad): one gradient per lane.
-    per_lane = per_lane_grads(y0s, args, T1S, ck)
+    # vmap(grad): one gradient per lane, after the same steps as the unbatched solve.
+    per_lane, steps = per_lane_grads(y0s, args, T1S, ck)
+    assert list(np.asarray(steps)) == single_steps
     for i in range(LANES):
         assert _max_rel(jax.tree.map(lambda x, i=i: x[i], per_lane), single[i]) < 1e-12
 
     # grad(vmap): JAX sums the lanes' cotangents of the shared parameters.
     def summed_loss(y0s, args):
-        return jnp.sum(jax.vmap(_loss, in_axes=(0, None, 0, None))(y0s, args, T1S, ck))
+        losses, _ = jax.vmap(_loss, in_axes=(0, None, 0, None))(y0s, args, T1S, ck)
+        return jnp.sum(losses)
 
     g_y0s, g_args = jax.jit(jax.grad(summed_loss, argnums=(0, 1)))(y0s, args)
     assert _max_rel(g_y0s, jnp.stack([g[0] for g in single])) < 1e-12
@@ -143,8 +143,9 @@ def test_a_batch_of_one_is_the_single_solve():
     for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(single)):
         assert a.shape == (1,) + b.shape
         assert np.array_equal(np.asarray(a[0]), np.asarray(b))
-    jac = jax.jit(jax.jacrev(_loss, argnums=1), static_argnums=3)(y0s[0], args, T1S[0], ck)
-    for a, b in zip(jax.tree.leaves(jac), jax.tree.leaves(single[1])):
+    jac, _ = jax.jit(jax.jacrev(_loss, argnums=1, has_aux=True), static_argnums=3)(
+        y0s[0], args, T1S[0], ck)
+    for a, b in zip(jax.tree.leaves(jac), jax.tree.leaves(single[0][1])):
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -153,7 +154,7 @@ def test_checkpoint_strategies_agree_under_vmap(path):
     """To rounding, not bit for bit: XLA fuses the lanes' loop differently around each
     strategy's reads (the unbatched sweeps usually agree bitwise, `test_bitwise.py`)."""
     args, y0s = _problem(path)
-    grads = [per_lane_grads(y0s, args, T1S, ck) for ck in CHECKPOINTS.values()]
+    grads = [per_lane_grads(y0s, args, T1S, ck)[0] for ck in CHECKPOINTS.values()]
     for other in grads[1:]:
         assert _max_rel(other, grads[0]) < 1e-14
 
@@ -183,21 +184,23 @@ def test_nested_vmap_and_jacrev_of_vmap():
     args, y0s = _problem("one-step")
     ck = ja.StoreStates()
     grid_y0s = jnp.stack([y0s, 0.5 * y0s])  # (2, LANES, n)
-    nested = jax.jit(jax.vmap(jax.vmap(_grad, in_axes=(0, None, 0, None)),
-                              in_axes=(0, None, None, None)), static_argnums=3)(
+    nested, _ = jax.jit(jax.vmap(jax.vmap(_grad, in_axes=(0, None, 0, None)),
+                                 in_axes=(0, None, None, None)), static_argnums=3)(
         grid_y0s, args, T1S, ck
     )
     for k in range(2):
         for i in range(LANES):
-            single = single_grad(grid_y0s[k, i], args, T1S[i], ck)
+            single, _ = single_grad(grid_y0s[k, i], args, T1S[i], ck)
             assert _max_rel(jax.tree.map(lambda x, k=k, i=i: x[k, i], nested), single) < 1e-12
 
     def finals(args):
         return jax.vmap(lambda y0, t1: _solve(y0, args, t1, ck).ys[0])(y0s, T1S)
 
     jac = jax.jit(jax.jacrev(finals))(args)
+    # One compiled unbatched Jacobian serves every lane (eager `jacrev` traced each anew).
+    single_jacobian = jax.jit(jax.jacrev(lambda a, y0, t1: _solve(y0, a, t1, ck).ys[0]))
     for i in range(LANES):
-        single = jax.jacrev(lambda a, i=i: _solve(y0s[i], a, T1S[i], ck).ys[0])(args)
+        single = single_jacobian(args, y0s[i], T1S[i])
         assert _max_rel(jax.tree.map(lambda x, i=i: x[i], jac), single) < 1e-12
 
 

@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import accepted_grid, max_rel_diff
-from scipy.integrate import solve_ivp
+from helpers import accepted_grid, extension_orders, max_rel_diff, one_step_extension
 from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivities
 from test_tableaus import order_defects
 
@@ -298,35 +297,12 @@ def test_transposed_stage_solve_is_a_direct_solve():
 def test_continuous_extension_order():
     """One step of size h on a smooth non-autonomous problem: the Hermite extension's
     error at theta = 0.3, 0.75 is O(h^4); at theta = 1 it is y_1 to round-off."""
-
-    def rhs(t, y, args):
-        return jnp.stack([y[1], -args * jnp.sin(y[0]) + jnp.cos(t)])
-
-    y0, t0 = jnp.array([0.3, -0.2]), 0.1
-    thetas = jnp.array([0.3, 0.75, 1.0])
-
-    @jax.jit
-    def one_step(h):
-        sol = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=TIGHT,
-                       controller=ja.ConstantStep(h), saveat=t0 + thetas * h)
-        return sol.ys, sol.stats["num_accepted_steps"]
-
-    def exact(t):
-        def f(t, y):
-            return [y[1], -np.sin(y[0]) + np.cos(t)]
-        return solve_ivp(f, (t0, t), np.asarray(y0), method="DOP853", rtol=1e-13,
-                         atol=1e-15).y[:, -1]
-
-    hs = 0.2 / 2.0 ** np.arange(4)
-    errors = []
-    for h in hs:
-        ys, steps = one_step(h)
-        assert int(steps) == 1
-        errors.append([np.abs(ys[i] - exact(t0 + float(thetas[i]) * h)).max()
-                       for i in range(2)])
+    results = one_step_extension(TIGHT)
+    for r in results:
+        assert int(r["steps"]) == 1
         # theta = 1: y_1 (order 5) to within its own error.
-        assert np.abs(ys[2] - exact(t0 + h)).max() < 1e-5 * h**5 / 0.2**5
-    slopes = np.diff(np.log(np.array(errors)), axis=0) / np.diff(np.log(hs))[:, None]
+        assert np.abs(r["ys"][2] - r["exact"][2]).max() < 1e-5 * r["h"]**5 / 0.2**5
+    slopes = extension_orders(results)
     assert np.all(np.abs(slopes - 4) < 0.3), slopes
 
 

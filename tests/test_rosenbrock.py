@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import accepted_grid, max_rel_diff
+from helpers import accepted_grid, extension_orders, max_rel_diff, one_step_extension
 from scipy.integrate import solve_ivp
 
 import jaxadjoint as ja
@@ -158,37 +158,12 @@ def test_interpolated_saves_gradient_is_the_replays(case):
 def test_continuous_extension_order(solver, order):
     """One step of size h on a smooth non-autonomous problem: the extension's error at
     theta = 0.3, 0.75 is O(h^(order + 1)); at theta = 1 it is y_1 to round-off."""
-
-    def rhs(t, y, args):
-        return jnp.stack([y[1], -args * jnp.sin(y[0]) + jnp.cos(t)])
-
-    y0, t0 = jnp.array([0.3, -0.2]), 0.1
-    thetas = jnp.array([0.3, 0.75, 1.0])
-
-    @jax.jit
-    def one_step(h):
-        sol = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
-                       controller=ja.ConstantStep(h), saveat=t0 + thetas * h)
-        end = ja.solve(rhs, y0, t0, t0 + h, jnp.asarray(1.0), solver=solver,
-                       controller=ja.ConstantStep(h))
-        return sol.ys, end.ys[-1], sol.stats["num_accepted_steps"]
-
-    def exact(t):
-        def f(t, y):
-            return [y[1], -np.sin(y[0]) + np.cos(t)]
-        return solve_ivp(f, (t0, t), np.asarray(y0), method="DOP853", rtol=1e-13,
-                         atol=1e-15).y[:, -1]
-
-    hs = 0.2 / 2.0 ** np.arange(4)
-    errors = []
-    for h in hs:
-        ys, y1, steps = one_step(h)
-        assert int(steps) == 1
-        errors.append([np.abs(ys[i] - exact(t0 + float(thetas[i]) * h)).max()
-                       for i in range(2)])
+    results = one_step_extension(solver, with_plain_end=True)
+    for r in results:
+        assert int(r["steps"]) == 1
         # theta = 1 interpolates row n at its end: y_{n+1} to round-off.
-        assert max_rel_diff(ys[2], y1) < 1e-15
-    slopes = np.diff(np.log(np.array(errors)), axis=0) / np.diff(np.log(hs))[:, None]
+        assert max_rel_diff(r["ys"][2], r["end"]) < 1e-15
+    slopes = extension_orders(results)
     assert np.all(np.abs(slopes - (order + 1)) < 0.2), slopes
 
 
