@@ -47,14 +47,14 @@ def result(name: str) -> Any:
     return _FUTURES[name].result()
 
 
-def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+def run(args: list[str], timeout: float = 900, **kwargs: Any) -> subprocess.CompletedProcess:
     """`subprocess.run` with text output captured, which `stop` can end."""
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           **kwargs) as process:
         with _LOCK:
             _RUNNING.add(process)
         try:
-            stdout, stderr = process.communicate(timeout=900)
+            stdout, stderr = process.communicate(timeout=timeout)
         finally:
             with _LOCK:
                 _RUNNING.discard(process)

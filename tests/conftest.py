@@ -56,6 +56,23 @@ def pytest_configure(config):
     )
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """In a full run, the modules that `test_beside_the_suite.py` runs in a second process
+    are deselected here (each test runs once, there)."""
+    import os
+
+    import test_beside_the_suite as beside
+
+    if os.environ.get(beside.IN_SECOND_PROCESS):
+        return
+    if not any(item.path.name == "test_beside_the_suite.py" for item in items):
+        return
+    moved = [item for item in items if item.path.name in beside.MODULES]
+    if moved:
+        items[:] = [item for item in items if item.path.name not in beside.MODULES]
+        config.hook.pytest_deselected(items=moved)
+
+
 def pytest_collection_finish(session):
     import background_jobs as background
 
