@@ -58,11 +58,17 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(session, config, items):
     """In a full run, the modules that `test_beside_the_suite.py` runs in a second process
-    are deselected here (each test runs once, there)."""
+    are deselected here (each test runs once, there).
+
+    Tests that wait for a background job go last, in their order: placed where their module
+    sorts, one of them would hold this process idle until its job ends while in-process tests
+    are still queued behind it.
+    """
     import os
 
     import test_beside_the_suite as beside
 
+    items.sort(key=lambda item: item.get_closest_marker("background") is not None)
     if os.environ.get(beside.IN_SECOND_PROCESS):
         return
     if not any(item.path.name == "test_beside_the_suite.py" for item in items):
