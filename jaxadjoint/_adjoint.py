@@ -112,7 +112,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         # message; a second check here could fire first and hide it.
         failed = result != RESULTS.successful
         ys_bar = eqx.error_if(ys_bar, failed, RESULTS[RESULTS.failed_solve_differentiated])
-    flag_stiff_gradient(system, stats, sens.accept_stiff_steps)
+    ys_bar = flag_stiff_gradient(ys_bar, system, stats, sens.accept_stiff_steps)
 
     # Saves are evaluated on the dense-output rows: their cotangents go to the rows'
     # states and slopes, which the sweep adds when it reverses the rows' steps.
@@ -143,7 +143,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
-    raise_if_blown_up(health, lam, pbar, direction)
+    lam, pbar = raise_if_blown_up(health, lam, pbar, direction)
 
     def integrand_dot(t, y):
         if not system.has_integrand:

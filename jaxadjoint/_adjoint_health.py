@@ -79,8 +79,11 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     )
 
 
-def raise_if_blown_up(health: Health, lam: Array, pbar: Any, direction: Array) -> None:
-    """Fail the gradient if the sweep blew up, naming the step and time.
+def raise_if_blown_up(
+    health: Health, lam: Array, pbar: Any, direction: Array
+) -> tuple[Array, Any]:
+    """``(lam, pbar)``, unchanged; fails the gradient if the sweep blew up, naming the step
+    and time (return values must be used: `_runtime_error.raise_if`).
 
     Also fails when the final ``dL/dy0`` or parameter cotangent is not finite although no
     step was caught (a NaN from the parameter derivative alone, or from ``t0``).
@@ -104,4 +107,5 @@ def raise_if_blown_up(health: Health, lam: Array, pbar: Any, direction: Array) -
             "(e.g. sqrt(x**2 + eps)) or keep the solution away from the singularity."
         )
 
-    raise_if((health.step >= 0) | ~finite, message, health.step, direction * health.time)
+    return raise_if((lam, pbar), (health.step >= 0) | ~finite, message, health.step,
+                    direction * health.time)

@@ -351,7 +351,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     mu = jnp.zeros((num_q,), dtype) if integral_bar is None else integral_bar
     ys_bar = eqx.error_if(ys_bar, result != RESULTS.successful,
                           RESULTS[RESULTS.failed_solve_differentiated])
-    flag_stiff_gradient(system, stats, sens.accept_stiff_steps)
+    ys_bar = flag_stiff_gradient(ys_bar, system, stats, sens.accept_stiff_steps)
     params_on, params_off = mask_params(params, perturbed.params)
     lam, pbar_flat, adj_result = _backward(
         sens, system, problem, params_on, params_off, ys_bar, mu, y_final, trajectory
@@ -359,7 +359,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     # A failed backward solve, or a non-finite adjoint, is never returned as a number
     # (whatever `throw` says about the forward solve).
     lam, pbar_flat = adj_result.error_if((lam, pbar_flat), adj_result != RESULTS.successful)
-    raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction)
+    lam, pbar_flat = raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction)
     pbar = ravel(params_on, dtype)[1](pbar_flat)
 
     def integrand_dot(t, y):

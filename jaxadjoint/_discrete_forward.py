@@ -160,10 +160,11 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     fixed = jax.lax.stop_gradient(problem)
     fwd = forward_loop(system, fixed, Recorder())
     out = to_solve_output(system, fixed, fwd)
-    flag_stiff_gradient(system, fwd.stats, sens.accept_stiff_steps)
     # Every derivative reads the recorded grid: a failed solve stops here, as it does in
     # `DiscreteAdjoint`'s backward pass (with throw=True the solve raised its own error).
-    fwd = fwd._replace(grid=fail_if_differentiated_failure(system, fwd.grid, fwd.result))
+    grid = fail_if_differentiated_failure(system, fwd.grid, fwd.result)
+    fwd = fwd._replace(grid=flag_stiff_gradient(grid, system, fwd.stats,
+                                                sens.accept_stiff_steps))
 
     problem_dot = materialise_tangent(problem, problem_dot)
 

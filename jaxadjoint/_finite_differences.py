@@ -56,9 +56,6 @@ def _solve_jvp(primals, tangents):
     problem = jax.lax.stop_gradient(problem)
     dtype = problem.y0.dtype
     out = _solve(problem, system, fd)
-    # Differences of solves whose steps ride the stability boundary are as untrustworthy
-    # as the exact derivative of those steps (`_stiffness`).
-    flag_stiff_gradient(system, out.record.stats, fd.accept_stiff_steps)
     on, off = mask_params(problem, problem_dot)
     x, unravel = ravel(on, dtype)
     v = ravel(mask_params(problem_dot, problem_dot)[0], dtype)[0]
@@ -104,6 +101,9 @@ def _solve_jvp(primals, tangents):
         "A perturbed solve of `FiniteDifferences` failed; use a smaller `step` or "
         "increase `max_steps`",
     )
+    # Differences of solves whose steps ride the stability boundary are as untrustworthy
+    # as the exact derivative of those steps (`_stiffness`).
+    jac = flag_stiff_gradient(jac, system, out.record.stats, fd.accept_stiff_steps)
     flat_dot = jac @ v
     n_ys = out.ys.size
     tangent = SolveOutput(

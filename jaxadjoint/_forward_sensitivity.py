@@ -266,7 +266,6 @@ def solve_with_sensitivities(
     """Augmented solve: ``(out, S at saves (n_save, N, C), S_q (Q, C), y(t1), cols, on)``."""
     aug, aug_problem, cols, params_on = _setup(sens, system, problem, problem_dot)
     fwd = forward_loop(aug, aug_problem, Recorder())
-    flag_stiff_gradient(system, fwd.stats, sens.accept_stiff_steps)
     n = problem.y0.shape[0]
     out = to_solve_output(aug, aug_problem, fwd)
     ys = out.ys[:, :n]
@@ -274,6 +273,9 @@ def solve_with_sensitivities(
     num_q = integrand_or_empty(system, problem.t0, problem.y0, problem.params).shape[0]
     q = out.integral[:num_q]
     s_q = out.integral[num_q:].reshape(num_q, cols.total)
+    # Every derivative reads a sensitivity matrix: the stiffness check rides on them.
+    s_saves, s_q = flag_stiff_gradient((s_saves, s_q), system, fwd.stats,
+                                       sens.accept_stiff_steps)
     y_final = fwd.y_final[:n]
     # The saves' time derivative is that of the interpolant they are evaluated on.
     direction = aug_problem.direction

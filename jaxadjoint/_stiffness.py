@@ -32,12 +32,14 @@ steps, but it judges efficiency, not the derivative).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import jax.numpy as jnp
 from jax import Array
 
 from ._runtime_error import raise_if
+
+T = TypeVar("T")
 
 AT_BOUNDARY = 0.9
 STIFF_RUN = 40
@@ -87,8 +89,9 @@ def tracker_stats(state: dict[str, Array], direction: Array) -> dict[str, Array]
     )
 
 
-def flag_stiff_gradient(system: Any, stats: dict[str, Array], accept: bool) -> None:
-    """Raise at differentiation time when the solve has a stretch of `STIFF_RUN` steps.
+def flag_stiff_gradient(x: T, system: Any, stats: dict[str, Array], accept: bool) -> T:
+    """``x``, unchanged; raises at differentiation time when the solve has a stretch of
+    `STIFF_RUN` steps.  ``x`` must be a value every derivative reads (`raise_if`).
 
     Called by every sensitivity method's derivative rule with the forward solve's
     ``stats``; ``accept`` is the method's ``accept_stiff_steps``.  Only adaptive step
@@ -96,7 +99,7 @@ def flag_stiff_gradient(system: Any, stats: dict[str, Array], accept: bool) -> N
     boundary give a stable derivative, and above it the solve itself blows up.
     """
     if accept or not system.controller.adaptive:
-        return
+        return x
     solver_name = type(system.solver).__name__
     run, start = stats["longest_stiff_run"], stats["stiff_run_start"]
 
@@ -114,4 +117,4 @@ def flag_stiff_gradient(system: Any, stats: dict[str, Array], accept: bool) -> N
             "(e.g. DiscreteAdjoint(accept_stiff_steps=True)). See sol.stats['num_stiff_steps']."
         )
 
-    raise_if(run >= STIFF_RUN, message, run, start)
+    return raise_if(x, run >= STIFF_RUN, message, run, start)
