@@ -228,6 +228,17 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             )
         if not jnp.issubdtype(o.dtype, jnp.floating):
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
+        state = jnp.result_type(y)
+        if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits < jnp.finfo(state).bits:
+            # Cast up silently, the solve would run in the state's precision with slopes of
+            # the lower one: errors far above a float64 tolerance, and gradients of them.
+            where = jax.tree_util.keystr(path) or "the root"
+            raise ValueError(
+                f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: the solve "
+                f"would compute in {o.dtype} precision while controlling a {state} error. "
+                f"Compute `{name}` in {state} (e.g. cast its parameters), or pass `y0` as "
+                f"{o.dtype}"
+            )
 
 
 def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> None:

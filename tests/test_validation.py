@@ -45,8 +45,10 @@ def solve(**kwargs):
         (lambda t, y, args: {"a": y}, "structure of `y0`"),
         (lambda t, y, args: jnp.zeros(3), r"returned shape \(3,\).*`y0` has shape \(2,\)"),
         (lambda t, y, args: jnp.zeros(2, jnp.int32), "must return floating arrays"),
+        (lambda t, y, args: y.astype(jnp.float32), "returned float32 at the root but `y0` is "
+         "float64 there"),
     ],
-    ids=["structure", "shape", "integer"],
+    ids=["structure", "shape", "integer", "lower precision"],
 )
 def test_rhs_output_mismatch(rhs, match):
     with pytest.raises(ValueError, match=match):
