@@ -298,9 +298,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         return dict(g=g, fired=jnp.array(False), event_tau=tau1, event_row=jnp.int32(0),
                     which=jnp.int32(-1), event_scale=jnp.zeros((), dtype))
 
-    def linearise(kept: Any, current: Array, tau: Array, y: Array) -> tuple[Any, Array]:
-        """The stiff step's linearisation at ``(tau, y)`` (``J``; `solvers._base`), and
-        whether it was kept (``current``) rather than computed.
+    def linearise(kept: Any, current: Array, tau: Array, y: Array) -> Any:
+        """The stiff step's linearisation at ``(tau, y)`` (``J``; `solvers._base`): ``kept``
+        where ``current``, else computed.
 
         ``current`` is true after a rejected step: the next attempt starts from the same
         ``(tau, y)``, so ``kept`` is bitwise what it would compute, and only the LU of
@@ -310,9 +310,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         evaluates both branches: every lane computes ``J`` on every attempt, as without
         reuse, and takes the kept one where it may (same values, same count reported).
         """
-        lin = jax.lax.cond(current, lambda kept, tau, y: kept,
-                           lambda kept, tau, y: solver.linearise(f, tau, y), kept, tau, y)
-        return lin, current
+        return jax.lax.cond(current, lambda kept, tau, y: kept,
+                            lambda kept, tau, y: solver.linearise(f, tau, y), kept, tau, y)
 
     def running(c: dict) -> Array:
         going = (c["tau"] < tau1) & (c["result"] == RESULTS.successful) & (
@@ -350,8 +349,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         tau_next = jnp.where(lands, target, tau_prop)
         h_used = tau_next - tau
         if reuse:
-            linearisation, current = linearise(c["linearisation"], c["linearisation_current"],
-                                               tau, y)
+            current = c["linearisation_current"]
+            linearisation = linearise(c["linearisation"], current, tau, y)
             step = solver.step(f, tau, y, h_used, c["k0"], tau_next, linearisation)
         else:
             step = solver.step(f, tau, y, h_used, c["k0"], tau_next)
