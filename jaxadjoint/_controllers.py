@@ -18,6 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import Array
 
+from ._validation import step_grid_valid, step_valid
 from .solvers._base import AbstractSolver
 
 ControllerState = Any
@@ -110,7 +111,7 @@ class ConstantStep(AbstractController):
 
     def inputs_valid(self, tau0, tau1, direction):
         del tau0, tau1, direction
-        return jnp.isfinite(self.dt) & (self.dt != 0)
+        return step_valid(jnp.asarray(self.dt))
 
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         del f, tau1, y0, k0, dt0, solver, tol, direction
@@ -142,8 +143,7 @@ class StepTo(AbstractController):
         return False
 
     def inputs_valid(self, tau0, tau1, direction):
-        grid = direction * jnp.asarray(self.ts, tau0.dtype)
-        return (grid[0] == tau0) & (grid[-1] == tau1) & jnp.all(jnp.diff(grid) > 0)
+        return step_grid_valid(direction * jnp.asarray(self.ts, tau0.dtype), tau0, tau1)
 
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
         del f, tau1, y0, k0, dt0, solver, tol

@@ -110,15 +110,13 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
         ts = check.as_real_array("controller.ts", controller.ts, dtype)
         if ts.ndim != 1 or ts.shape[0] < 2:
             raise ValueError("`StepTo.ts` must be a 1-D array of at least two times")
-        xp = np if all(check.is_concrete(x) for x in (ts, t0, t1)) else jnp
-        direction = xp.where(t1 >= t0, 1, -1)
-        bad = (ts[0] != t0) | (ts[-1] != t1) | xp.any(direction * xp.diff(ts) <= 0)
+        valid = check.step_grid_valid(ts, t0, t1)
         msg = "`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1"
-        if xp is np:
-            if bool(bad):
+        if all(check.is_concrete(x) for x in (ts, t0, t1)):
+            if not bool(valid):
                 raise ValueError(msg)
         elif throw:
-            ts = eqx.error_if(ts, bad, msg)
+            ts = eqx.error_if(ts, ~valid, msg)
         return StepTo(jnp.asarray(ts))
     return controller
 

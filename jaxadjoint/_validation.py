@@ -86,6 +86,14 @@ def step_valid(dt: Array) -> Array:
     return xp.isfinite(dt) & (dt != 0)
 
 
+def step_grid_valid(ts: Array, t0: Array, t1: Array) -> Array:
+    """Whether the times ``ts`` (`StepTo`) start at ``t0``, end at ``t1`` and move strictly
+    from ``t0`` towards ``t1`` (NaN times do not)."""
+    xp = _np_or_jnp(ts, t0, t1)
+    direction = xp.where(t1 >= t0, 1, -1)
+    return (ts[0] == t0) & (ts[-1] == t1) & xp.all(direction * xp.diff(ts) > 0)
+
+
 # Traced values are checked at run time: with ``throw=True`` by `equinox.error_if` (the
 # messages below); with ``throw=False`` the forward loop does not start and reports the
 # failure in `sol.result` (`input_result`).
@@ -221,10 +229,11 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             f"got {got}"
         )
     for (path, o), y in zip(jax.tree_util.tree_leaves_with_path(out), jax.tree.leaves(y0)):
+        where = jax.tree_util.keystr(path) or "the root"
         if o.shape != jnp.shape(y):
             raise ValueError(
-                f"`{name}` returned shape {o.shape} at {jax.tree_util.keystr(path) or 'the root'}"
-                f" but `y0` has shape {jnp.shape(y)} there"
+                f"`{name}` returned shape {o.shape} at {where} but `y0` has shape "
+                f"{jnp.shape(y)} there"
             )
         if not jnp.issubdtype(o.dtype, jnp.floating):
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
@@ -232,7 +241,6 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits < jnp.finfo(state).bits:
             # Cast up silently, the solve would run in the state's precision with slopes of
             # the lower one: errors far above a float64 tolerance, and gradients of them.
-            where = jax.tree_util.keystr(path) or "the root"
             raise ValueError(
                 f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: the solve "
                 f"would compute in {o.dtype} precision while controlling a {state} error. "

@@ -185,8 +185,9 @@ def test_adaptive_controller_needs_adaptive_solver(controller):
 
 @pytest.mark.parametrize(
     "ts",
-    [[0.1, 0.3, 0.5, 1.0], [0.0, 0.3, 0.5, 0.9], [0.0, 0.6, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0]],
-    ids=["not-at-t0", "not-at-t1", "unsorted", "repeated"],
+    [[0.1, 0.3, 0.5, 1.0], [0.0, 0.3, 0.5, 0.9], [0.0, 0.6, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0],
+     [0.0, float("nan"), 0.5, 1.0]],
+    ids=["not-at-t0", "not-at-t1", "unsorted", "repeated", "nan"],
 )
 def test_bad_step_to_grid(ts):
     """An array of times, hence traced: checked at run time."""
