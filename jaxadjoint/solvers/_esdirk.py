@@ -68,9 +68,9 @@ from . import _esdirk_tableaus as etab
 from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
-from ._linear_solver import AbstractFactorisation, DenseLU
+from ._linear_solver import AbstractFactorisation, DenseLU, lu_solve_transposed
 from ._newton import implicit_slope, solve_transposed_stage
-from ._rosenbrock import _NODE_VALUES, _solve_transposed, _stage_time
+from ._rosenbrock import _NODE_VALUES, _stage_time
 
 
 def _guess(coeffs: np.ndarray, ks: list[Array]) -> Array:
@@ -230,7 +230,7 @@ class _DirectTransposed:
 
     def __call__(self, i: int, kbar: Array) -> tuple[Array, Array]:
         lu = jax.tree.map(lambda x: x[i - 1], self.lus)
-        u = _solve_transposed(lu, kbar)
+        u = lu_solve_transposed(lu, kbar)
         return u, u @ self.jacs[i - 1]
 
 

@@ -110,6 +110,12 @@ def small_lu_solver(lu: tuple[Array, Array]) -> Callable[[Array], Array] | None:
     return lambda b: _substitute(factors, perm, b)
 
 
+def lu_solve_transposed(lu: tuple[Array, Array], b: Array) -> Array:
+    """``M^{-T} b`` from the LU of `jax.scipy.linalg.lu_factor`; ``b`` may carry leading
+    (seed) axes."""
+    return jnp.vectorize(lambda w: jsl.lu_solve(lu, w, trans=1), signature="(n)->(n)")(b)
+
+
 class DenseLU(AbstractFactorisation):
     """An LU factorisation (`jax.scipy.linalg.lu_factor`) of the dense matrix, and the
     Jacobian ``J`` it was formed from (the ESDIRK reverse step reuses both)."""
@@ -121,8 +127,7 @@ class DenseLU(AbstractFactorisation):
         return jsl.lu_solve(self.lu, b)
 
     def solve_transposed(self, b: Array) -> Array:
-        return jnp.vectorize(lambda w: jsl.lu_solve(self.lu, w, trans=1),
-                             signature="(n)->(n)")(b)
+        return lu_solve_transposed(self.lu, b)
 
     def solver(self) -> Callable[[Array], Array]:
         """For ``N <= SMALL_SYSTEM_MAX_SIZE``: the substitution unrolled in JAX arithmetic

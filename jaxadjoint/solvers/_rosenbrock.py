@@ -61,7 +61,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array
 
@@ -154,11 +153,6 @@ def rosenbrock_step(
     # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
     # continuous extension reads (`RosenbrockWeights`).
     return StepOutput(y_new, y_error, st.stages, [k1] + [u / h for u in st.us])
-
-
-def _solve_transposed(lu: tuple[Array, Array], v: Array) -> Array:
-    """``M^{-T} v`` with the forward LU; ``v`` may carry leading (seed) axes."""
-    return jnp.vectorize(lambda w: jsl.lu_solve(lu, w, trans=1), signature="(n)->(n)")(v)
 
 
 def rosenbrock_reverse_step(
