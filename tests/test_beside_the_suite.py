@@ -17,9 +17,10 @@ from pathlib import Path
 import background_jobs as background
 import pytest
 
-# Self-contained, compile-heavy modules (about a quarter of the suite's CPU time).
+# Self-contained, compile-heavy modules: with the notebooks and the tour (the other
+# background jobs) they take about as long as the rest of the suite in this process.
 MODULES = ("test_events.py", "test_stiff_sensitivities.py", "test_rosenbrock.py",
-           "test_esdirk.py")
+           "test_esdirk.py", "test_sensitivity.py", "test_stiffness.py", "test_trust.py")
 # Set in the second process: it must not delegate again.
 IN_SECOND_PROCESS = "JAXADJOINT_TESTS_SECOND_PROCESS"
 TESTS = Path(__file__).resolve().parent
