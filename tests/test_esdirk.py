@@ -333,7 +333,7 @@ def test_robertson_sensitivities_match_scipy_and_all_strategies():
     jac = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint())
     error = np.abs(jac * k - reference).max(axis=2) / np.abs(reference).max(axis=2)
     assert np.all(error < 1e-5), error
-    # (`StoreStages` keeps only y_n for this family, as `StoreStates`: test_vmap_grad.)
+    # (`StoreStages`: test_vmap_grad.)
     other = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint(ja.Recursive(3)))
     assert max_rel_diff(other, jac) < 1e-13
     forward = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteForward())

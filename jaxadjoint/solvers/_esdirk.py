@@ -31,9 +31,10 @@ forward step itself (same Newton iteration, same values), or read from the recor
 `StoreStages`, which keeps every stage value and so spares the reverse pass the Newton
 iterations (Robertson: about half the gradient's time).  The transposed solves: for small
 states (``N < ITERATIVE_ADJOINT_MIN_SIZE``) the Jacobians and LUs of all stages in one
-batched call each; for larger ones an iteration preconditioned by the step's LU of ``M_0``
-(`_newton.solve_transposed_stage`: ``N^2`` per iteration instead of ``N^3`` per stage, to
-round-off, with an LU of ``M_i`` as the fallback).  The parameter adjoints of all stages
+batched call each (for ``N <= 8`` each solve a fused product with ``M_i^{-T}``, all formed
+in one batched substitution); for larger ones an iteration preconditioned by the step's LU
+of ``M_0`` (`_newton.solve_transposed_stage`: ``N^2`` per iteration instead of ``N^3`` per
+stage, to round-off, with an LU of ``M_i`` as the fallback).  The parameter adjoints of all stages
 are one batched vector-Jacobian product.
 
 **How exact:** this is the derivative of the method with its stage equations solved
@@ -68,7 +69,14 @@ from . import _esdirk_tableaus as etab
 from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
-from ._linear_solver import AbstractFactorisation, DenseLU, lu_solve_transposed
+from ._linear_solver import (
+    SMALL_SYSTEM_MAX_SIZE,
+    AbstractFactorisation,
+    DenseLU,
+    apply_small_transposed_inverse,
+    lu_solve_transposed,
+    small_transposed_inverse,
+)
 from ._newton import implicit_slope, solve_transposed_stage
 from ._rosenbrock import _NODE_VALUES, _stage_time
 
@@ -220,17 +228,25 @@ def esdirk_reverse_step(
 class _DirectTransposed:
     """``(u_i, J(Z_i)^T u_i)`` with ``u_i = M_i^{-T} kbar``, ``M_i = I - gamma h J(Z_i)``:
     the Jacobians and LU factorisations of all implicit stages in one batched call each
-    (they do not depend on the cotangents), then a transposed solve per stage."""
+    (they do not depend on the cotangents), then a transposed solve per stage.  For tiny
+    states (``N <= SMALL_SYSTEM_MAX_SIZE``) the ``M_i^{-T}`` of all stages are formed in
+    one batched substitution and each solve is a fused product with one of them (as
+    `DenseLU.transposed_solver`), not two triangular-solve library calls."""
 
     def __init__(self, f: FlatField, times: list[Array], zs: list[Array], hg: Array):
         self.jacs = jax.vmap(lambda t_i, z: jax.jacfwd(lambda x: f(t_i, x))(z))(
             jnp.stack(times[1:]), jnp.stack(zs[1:]))
         eye = jnp.eye(zs[0].shape[0], dtype=zs[0].dtype)
         self.lus = jax.vmap(jsl.lu_factor)(eye - hg * self.jacs)
+        self.inverses_t = None
+        if zs[0].shape[0] <= SMALL_SYSTEM_MAX_SIZE:
+            self.inverses_t = jax.vmap(small_transposed_inverse)(self.lus)
 
     def __call__(self, i: int, kbar: Array) -> tuple[Array, Array]:
-        lu = jax.tree.map(lambda x: x[i - 1], self.lus)
-        u = lu_solve_transposed(lu, kbar)
+        if self.inverses_t is None:
+            u = lu_solve_transposed(jax.tree.map(lambda x: x[i - 1], self.lus), kbar)
+        else:
+            u = apply_small_transposed_inverse(self.inverses_t[i - 1], kbar)
         return u, u @ self.jacs[i - 1]
 
 

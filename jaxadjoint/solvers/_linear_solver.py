@@ -110,6 +110,23 @@ def small_lu_solver(lu: tuple[Array, Array]) -> Callable[[Array], Array] | None:
     return lambda b: _substitute(factors, perm, b)
 
 
+def small_transposed_inverse(lu: tuple[Array, Array]) -> Array | None:
+    """``M^{-T}`` from the LU of `jax.scipy.linalg.lu_factor`, formed by `_substitute` (its
+    rows are ``M^{-1} e_k``), for ``N <= SMALL_SYSTEM_MAX_SIZE``; else ``None``.  Applied
+    as `apply_small_transposed_inverse`: the transposed solve to round-off, as one fused
+    product."""
+    solve = small_lu_solver(lu)
+    if solve is None:
+        return None
+    factors = lu[0]
+    return solve(jnp.eye(factors.shape[-1], dtype=factors.dtype))
+
+
+def apply_small_transposed_inverse(inverse_t: Array, b: Array) -> Array:
+    """``M^{-T} b`` for ``inverse_t`` from `small_transposed_inverse`; ``b (..., N)``."""
+    return jnp.sum(inverse_t * b[..., None, :], axis=-1)
+
+
 def lu_solve_transposed(lu: tuple[Array, Array], b: Array) -> Array:
     """``M^{-T} b`` from the LU of `jax.scipy.linalg.lu_factor`; ``b`` may carry leading
     (seed) axes."""
@@ -139,12 +156,10 @@ class DenseLU(AbstractFactorisation):
         ``M^{-T}``, formed once by `_substitute` (its rows are ``M^{-1} e_k``); the same
         solution to round-off.  (A transposed substitution per solve, with its
         permutation, measured 1.5x slower in the Rosenbrock reverse step.)"""
-        solve = small_lu_solver(self.lu)
-        if solve is None:
+        inverse_t = small_transposed_inverse(self.lu)
+        if inverse_t is None:
             return self.solve_transposed
-        factors = self.lu[0]
-        inverse_t = solve(jnp.eye(factors.shape[-1], dtype=factors.dtype))
-        return lambda b: jnp.sum(inverse_t * b[..., None, :], axis=-1)
+        return lambda b: apply_small_transposed_inverse(inverse_t, b)
 
 
 class DenseLinearSolver(AbstractLinearSolver):

@@ -66,9 +66,13 @@ def newton_stage(
     (floored) tolerance.
     """
 
+    # For tiny states the LU factors' substitution in fusible arithmetic, formed once for
+    # all iterations (`DenseLU.solver`), not two triangular-solve library calls each.
+    solve = lu.solver()
+
     def body(state):
         it, k, _, d_prev, eta, _, _ = state
-        delta = lu.solve(fn(base + hg * k) - k)
+        delta = solve(fn(base + hg * k) - k)
         k_new = k + delta
         d = _rms(hg * delta / scale)
         first = it == 0
