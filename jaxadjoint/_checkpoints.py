@@ -10,9 +10,11 @@ recomputation:
 - `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
   Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the
   vector–Jacobian products need anyway for their linearisation point.
-- `StoreStages`: keep every live stage value ``Y_m``; no stage recomputation, and the
-  stage linearisations of a step are independent of each other.  Memory
-  ``O(max_steps * s * N)``; it pays only when the stage chain itself is expensive.
+- `StoreStages`: keep every live stage value ``Y_m`` (a Rosenbrock step: ``y_n`` and its
+  increments ``U_i``, `StepOutput.stages`); no stage recomputation, and the stage
+  linearisations of a step are independent of each other.  Memory
+  ``O(max_steps * s * N)``; it pays only when the stage chain itself is expensive
+  (Newton-iterated and Rosenbrock stages).
 
 Their records are allocated, not filled (`_uninitialised`): memory (address space) is
 ``O(max_steps)``, time and resident memory follow the steps taken.

@@ -78,7 +78,10 @@ class AbstractDenseWeights:
 class StepOutput(NamedTuple):
     y_new: Array
     y_error: Array | None  # the embedded error estimate; None without an embedded pair
-    stages: list[Array]  # Y_m (stage inputs); stages[0] is y_n
+    # What the reverse step reads back when the record keeps a step's stages (`StoreStages`,
+    # the plan's live ones); stages[0] is y_n.  Runge–Kutta families: the stage inputs Y_m;
+    # Rosenbrock: y_n and the increments U_i.
+    stages: list[Array]
     # k_m = f(t_m, Y_m) (stage slopes; for a Rosenbrock step, the slopes U_m / h of its
     # dense output after ks[0]); ks[0] is f(t_n, y_n)
     ks: list[Array]

@@ -39,7 +39,10 @@ aside; forward 0.3-0.5x and gradient about 0.3-0.5x their earlier time on Van de
 Robertson (benchmarks/README.md).
 
 The stages, ``J``, ``f_t`` and the LU are recomputed from ``y_n`` by `_stages`, the function
-the forward step runs, so the reverse pass linearises at bitwise the forward values.
+the forward step runs, so the reverse pass linearises at bitwise the forward values.  With
+`StoreStages` the forward pass keeps ``y_n`` and the ``U_i`` (`step`'s ``stages``), and the
+reverse step recomputes only ``J`` and the LU (`_stored_stages`; ``Y_i`` from the ``U_j`` by
+the same arithmetic): no right-hand side evaluation of the stage chain and no forward solve.
 
 **Dense output** (`RosenbrockWeights`, `dense_plan`).  The continuous extension of
 `_rosenbrock_tableaus` is linear in the ``U_i``::
@@ -97,8 +100,19 @@ def _time_derivative(f: FlatField, t: Array, y: Array) -> Array:
 class _Stages(NamedTuple):
     lu: AbstractFactorisation  # of I - gamma h J (`_linear_solver`; dense LU by default)
     stages: list[Array]  # Y_i
-    ks: list[Array]  # k_i = f(t_i, Y_i)
     us: list[Array]  # U_i
+
+
+def _factorise(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array,
+    linear_solver: AbstractLinearSolver, linearisation: Any,
+) -> tuple[AbstractFactorisation, Array | None]:
+    """The LU of ``I - gamma h J`` at ``(t, y)``, and ``f_t`` (``linearisation``: `linearise`
+    at ``(t, y)`` if already computed)."""
+    if linearisation is None:
+        linearisation = linearise(tableau, f, t, y, linear_solver)
+    jac, f_t = linearisation
+    return linear_solver.factor_jacobian(jac, f, t, y, tableau.gamma * h), f_t
 
 
 def linearise(
@@ -118,13 +132,10 @@ def _stages(
     """The stages of one step (module docstring); shared by the step and its adjoint.
 
     ``linearisation``: `linearise` at ``(t, y)`` if already computed."""
-    if linearisation is None:
-        linearisation = linearise(tableau, f, t, y, linear_solver)
-    jac, f_t = linearisation
+    lu, f_t = _factorise(tableau, f, t, y, h, linear_solver, linearisation)
     gh = tableau.gamma * h
-    lu = linear_solver.factor_jacobian(jac, f, t, y, gh)
     solve = lu.solver()
-    stages, ks, us = [], [], []
+    stages, us = [], []
     for i in range(tableau.num_stages):
         stage = _combine(y, tableau.a[i, :i], us)
         k = k1 if i == 0 else f(_stage_time(t, h, t_next, tableau.c[i]), stage)
@@ -135,9 +146,20 @@ def _stages(
         if tableau.d[i] != 0:
             r = r + (float(tableau.gamma * tableau.d[i]) * (h * h)) * f_t
         stages.append(stage)
-        ks.append(k)
         us.append(solve(r))
-    return _Stages(lu, stages, ks, us)
+    return _Stages(lu, stages, us)
+
+
+def _stored_stages(
+    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array,
+    us: list[Array], linear_solver: AbstractLinearSolver,
+) -> _Stages:
+    """`_stages` from the increments ``U_i`` the forward pass kept (`StoreStages`): only
+    ``J`` and its LU are computed again, the stage values ``Y_i`` from the ``U_j`` with
+    `_stages`'s arithmetic; no right-hand side evaluation and no solve."""
+    lu, _ = _factorise(tableau, f, t, y, h, linear_solver, None)
+    stages = [_combine(y, tableau.a[i, :i], us) for i in range(tableau.num_stages)]
+    return _Stages(lu, stages, us)
 
 
 def rosenbrock_step(
@@ -150,20 +172,23 @@ def rosenbrock_step(
     st = _stages(tableau, f, t, y, h, k1, t_next, linear_solver, linearisation)
     y_new = _combine(y, tableau.m, st.us)
     y_error = _combine(jnp.zeros_like(y), tableau.m_error, st.us)
-    # The slopes: f(t_n, y_n) (a node's time derivative), then the U_i / h that the
-    # continuous extension reads (`RosenbrockWeights`).
-    return StepOutput(y_new, y_error, st.stages, [k1] + [u / h for u in st.us])
+    # The record (`StoreStages`): y_n and the increments U_i.  The slopes: f(t_n, y_n) (a
+    # node's time derivative), then the U_i / h that the continuous extension reads
+    # (`RosenbrockWeights`).
+    return StepOutput(y_new, y_error, [y] + st.us, [k1] + [u / h for u in st.us])
 
 
 def rosenbrock_reverse_step(
     tableau: RosenbrockTableau, system: Any, tau: Array, t_next: Array, y: Array,
     lam: Array, params: Any, direction: Array, pbar: Any, kbar_saves: Array | None = None,
-    linear_solver: AbstractLinearSolver = DenseLinearSolver(),
+    linear_solver: AbstractLinearSolver = DenseLinearSolver(), us: Array | None = None,
 ) -> tuple[Array, Any]:
     """Adjoint of one Rosenbrock step (module docstring): ``(lam_n, pbar + dL/dparams)``.
 
     ``kbar_saves`` ``(..., s, N)``: cotangents of the dense-output slopes ``U_i / h`` from
-    saves inside the step; they add ``kbar_i / h`` to ``Ubar_i``.
+    saves inside the step; they add ``kbar_i / h`` to ``Ubar_i``.  ``us`` ``(s, N)``: the
+    step's increments ``U_i`` if the forward pass kept them (`StoreStages`); otherwise the
+    stages are recomputed from ``y``.
     """
     h = t_next - tau
     s, gamma = tableau.num_stages, tableau.gamma
@@ -174,7 +199,10 @@ def rosenbrock_reverse_step(
     def f(t, x):
         return field(t, x, params)
 
-    st = _stages(tableau, f, tau, y, h, f(tau, y), t_next, linear_solver)
+    if us is None:
+        st = _stages(tableau, f, tau, y, h, f(tau, y), t_next, linear_solver)
+    else:
+        st = _stored_stages(tableau, f, tau, y, h, [us[i] for i in range(s)], linear_solver)
     gh = gamma * h
     times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
     solve_transposed = st.lu.transposed_solver()
@@ -261,7 +289,8 @@ class RosenbrockWeights(AbstractDenseWeights):
 
 def dense_plan(tableau: RosenbrockTableau) -> Any:
     """The `_dense.StagePlan` of interpolated saves: the slopes ``U_i / h`` (`step`'s
-    ``ks[1:]``; ``ks[0]`` is ``f(t_n, y_n)``), ``y_n`` kept."""
+    ``ks[1:]``; ``ks[0]`` is ``f(t_n, y_n)``); live, what `StoreStages` keeps: ``y_n`` and
+    the ``U_i`` (`step`'s ``stages``)."""
     from .._dense import StagePlan  # _dense builds on the explicit family
 
     if tableau.dense is None:
@@ -269,7 +298,7 @@ def dense_plan(tableau: RosenbrockTableau) -> Any:
     s = tableau.num_stages
     return StagePlan(
         a=np.zeros((s + 1, s + 1)), b=np.zeros(s + 1), c=np.zeros(s + 1), num_main=s + 1,
-        live=(0,), interpolation_stages=tuple(range(1, s + 1)),
+        live=tuple(range(s + 1)), interpolation_stages=tuple(range(1, s + 1)),
         weights=RosenbrockWeights(tableau), end_stages=(),
     )
 
@@ -282,14 +311,16 @@ _NODE_VALUES = Interpolant(
 )
 
 
-def node_plan() -> Any:
-    """The `_dense.StagePlan` of saves at nodes (``land_on_ts``, or ``y(t1)`` only):
-    ``y_n`` kept, the slope ``f(t_n, y_n)`` for a save's time derivative."""
+def node_plan(tableau: RosenbrockTableau) -> Any:
+    """The `_dense.StagePlan` of saves at nodes (``land_on_ts``, or ``y(t1)`` only): the
+    slope ``f(t_n, y_n)`` for a save's time derivative; live as in `dense_plan`."""
     from .._dense import StagePlan, StageWeights  # _dense builds on the explicit family
 
+    s = tableau.num_stages
     return StagePlan(
-        a=np.zeros((1, 1)), b=np.ones(1), c=np.zeros(1), num_main=1, live=(0,),
-        interpolation_stages=(0,), weights=StageWeights(_NODE_VALUES, (0,)), end_stages=(),
+        a=np.zeros((s + 1, s + 1)), b=np.zeros(s + 1), c=np.zeros(s + 1), num_main=s + 1,
+        live=tuple(range(s + 1)), interpolation_stages=(0,),
+        weights=StageWeights(_NODE_VALUES, (0,)), end_stages=(),
     )
 
 
@@ -301,9 +332,9 @@ class AbstractRosenbrock(AbstractStiffFamily):
     stability.  ``J = df/dy`` is computed by `jax.jacfwd` (``N`` forward-mode products per
     step), so the cost per step grows like ``N^3`` (the LU) for large states.  Gradients
     are the exact discrete adjoint (module docstring).  Saves and ``SaveAt(dense=True)``
-    are evaluated on the method's continuous extension, without changing the steps;
-    `StoreStages` keeps ``y_n`` only (the stages need the factorisation anyway, so it is
-    `StoreStates`).
+    are evaluated on the method's continuous extension, without changing the steps.
+    `StoreStages` keeps ``y_n`` and the increments ``U_i`` (``s + 1`` vectors a step): the
+    reverse step then computes only ``J`` and its LU again, not the stage chain.
     """
 
     tableau: ClassVar[RosenbrockTableau]
@@ -318,14 +349,18 @@ class AbstractRosenbrock(AbstractStiffFamily):
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:
         del mu  # no integrand with Rosenbrock methods (`solve` rejects it)
-        y = stages[0] if y is None else y
+        # The record: y_n, or (`StoreStages`) y_n and the increments U_i (`step`).
+        if y is None:
+            y, us = stages[0], stages[1:]
+        else:
+            us = None
         return rosenbrock_reverse_step(
             self.tableau, system, tau, t_next, y, lam, params, direction, pbar, kbar_saves,
-            self.linear_solver,
+            self.linear_solver, us,
         )
 
     def stage_plan(self, interpolating: bool) -> Any:
-        return dense_plan(self.tableau) if interpolating else node_plan()
+        return dense_plan(self.tableau) if interpolating else node_plan(self.tableau)
 
 
 class Rodas3(AbstractRosenbrock):
