@@ -12,7 +12,8 @@ parameters ``args``:
 Timed in the same run, interleaved: diffrax's `Kvaerno5` (Newton iterations, its default
 `RecursiveCheckpointAdjoint`, `PIDController`) at ``rtol`` 1e-6 and 1e-8, and ours --
 `Rodas5` (Rosenbrock), `Kvaerno5` (the same ESDIRK method as diffrax's) with the default
-`StoreStates`, and `Kvaerno5` with `StoreStages` (no Newton replay in the reverse pass) --
+`StoreStates`, and both with `StoreStages` (Kvaerno5: no Newton replay in the reverse pass;
+Rodas5: the increments ``U_i`` kept, no stage chain in the reverse pass) --
 over a sweep of ``rtol`` (1e-5 .. 1e-11), so that each diffrax run can be compared with
 ours at equal ``rtol`` *and* at equal or better accuracy (the cheapest of our runs whose
 error is at most diffrax's: a work-precision comparison).  ``rtol`` is a traced argument:
@@ -114,6 +115,7 @@ SOLVERS = {
     "ours Rodas5": (ja.Rodas5(), ja.StoreStates(), ("forward", "grad", "jacrev")),
     "ours Kvaerno5": (ja.Kvaerno5(), ja.StoreStates(), ("forward", "grad", "jacrev")),
     "ours Kvaerno5 StoreStages": (ja.Kvaerno5(), ja.StoreStages(), ("grad", "jacrev")),
+    "ours Rodas5 StoreStages": (ja.Rodas5(), ja.StoreStages(), ("grad", "jacrev")),
 }
 
 
