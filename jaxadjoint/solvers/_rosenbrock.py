@@ -103,18 +103,6 @@ class _Stages(NamedTuple):
     us: list[Array]  # U_i
 
 
-def _factorise(
-    tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array, h: Array,
-    linear_solver: AbstractLinearSolver, linearisation: Any,
-) -> tuple[AbstractFactorisation, Array | None]:
-    """The LU of ``I - gamma h J`` at ``(t, y)``, and ``f_t`` (``linearisation``: `linearise`
-    at ``(t, y)`` if already computed)."""
-    if linearisation is None:
-        linearisation = linearise(tableau, f, t, y, linear_solver)
-    jac, f_t = linearisation
-    return linear_solver.factor_jacobian(jac, f, t, y, tableau.gamma * h), f_t
-
-
 def linearise(
     tableau: RosenbrockTableau, f: FlatField, t: Array, y: Array,
     linear_solver: AbstractLinearSolver,
@@ -132,8 +120,11 @@ def _stages(
     """The stages of one step (module docstring); shared by the step and its adjoint.
 
     ``linearisation``: `linearise` at ``(t, y)`` if already computed."""
-    lu, f_t = _factorise(tableau, f, t, y, h, linear_solver, linearisation)
+    if linearisation is None:
+        linearisation = linearise(tableau, f, t, y, linear_solver)
+    jac, f_t = linearisation
     gh = tableau.gamma * h
+    lu = linear_solver.factor_jacobian(jac, f, t, y, gh)
     solve = lu.solver()
     stages, us = [], []
     for i in range(tableau.num_stages):
@@ -156,8 +147,8 @@ def _stored_stages(
 ) -> _Stages:
     """`_stages` from the increments ``U_i`` the forward pass kept (`StoreStages`): only
     ``J`` and its LU are computed again, the stage values ``Y_i`` from the ``U_j`` with
-    `_stages`'s arithmetic; no right-hand side evaluation and no solve."""
-    lu, _ = _factorise(tableau, f, t, y, h, linear_solver, None)
+    `_stages`'s arithmetic; no right-hand side evaluation and no solve (nor ``f_t``)."""
+    lu = linear_solver.factor(f, t, y, tableau.gamma * h)
     stages = [_combine(y, tableau.a[i, :i], us) for i in range(tableau.num_stages)]
     return _Stages(lu, stages, us)
 
