@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex
 
@@ -123,3 +124,19 @@ def extension_orders(results: list[dict[str, Any]]) -> np.ndarray:
                        for r in results])
     hs = np.array([r["h"] for r in results])
     return np.diff(np.log(errors), axis=0) / np.diff(np.log(hs))[:, None]
+
+
+def vmap_grad_with_stored_stages_is_single_grads(rhs, y0, t1, solver, rtol, atol) -> float:
+    """``vmap(grad)`` over three scalar parameters with `StoreStages` (each lane's record
+    holds its stages) against the gradients one by one with `StoreStates`: their
+    `max_rel_diff`.  The loss is ``y_0(t1) + 2 y_1(t1)``."""
+
+    def loss(mu, checkpoint):
+        sol = ja.solve(rhs, y0, 0.0, t1, mu, solver=solver, rtol=rtol, atol=atol,
+                       sensitivity=ja.DiscreteAdjoint(checkpoint))
+        return sol.ys[-1, 0] + 2 * sol.ys[-1, 1]
+
+    mus = jnp.array([900.0, 1000.0, 1100.0])
+    batched = jax.jit(jax.vmap(jax.grad(lambda mu: loss(mu, ja.StoreStages()))))(mus)
+    single = jax.jit(jax.grad(lambda mu: loss(mu, ja.StoreStates())))
+    return max_rel_diff(batched, np.array([float(single(m)) for m in mus]))

@@ -24,7 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import accepted_grid, extension_orders, max_rel_diff, one_step_extension
+from helpers import (
+    accepted_grid,
+    extension_orders,
+    max_rel_diff,
+    one_step_extension,
+    vmap_grad_with_stored_stages_is_single_grads,
+)
 from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivities
 from test_tableaus import order_defects
 
@@ -347,17 +353,8 @@ def test_vmap_grad():
     """vmap(grad) over mu equals the gradients one by one; the batch keeps the stages
     (`StoreStages`), the single solves the states."""
     rhs, y0, _, t1, rtol, atol, _ = CASES["vdp-mu1e3"]
-
-    def loss(mu, checkpoint):
-        sol = ja.solve(rhs, y0, 0.0, t1, mu, solver=ja.Kvaerno5(), rtol=rtol, atol=atol,
-                       sensitivity=ja.DiscreteAdjoint(checkpoint))
-        return sol.ys[-1, 0] + 2 * sol.ys[-1, 1]
-
-    mus = jnp.array([900.0, 1000.0, 1100.0])
-    batched = jax.jit(jax.vmap(jax.grad(lambda mu: loss(mu, ja.StoreStages()))))(mus)
-    single = jax.jit(jax.grad(lambda mu: loss(mu, ja.StoreStates())))
-    ones = np.array([float(single(m)) for m in mus])
-    assert max_rel_diff(batched, ones) < 1e-12
+    diff = vmap_grad_with_stored_stages_is_single_grads(rhs, y0, t1, ja.Kvaerno5(), rtol, atol)
+    assert diff < 1e-12
 
 
 # ------------------------------------------------------------------------------------------
