@@ -21,6 +21,16 @@ says why and the buffers are zero-filled (`jax.lax.empty`, a zero broadcast on C
 matters only for large states with a large ``max_steps`` (figures: benchmarks/README.md,
 "Design measurements").
 
+Small buffers are zero-filled all the same (below `SMALL_BUFFER_BYTES`, 256 KiB).  The
+handler is Python, so it needs the GIL; when the compiled program starts, the caller's
+thread usually still holds it, finishing its own dispatch (``equinox.filter_jit``'s
+Python costs up to half a millisecond a call on our 2-core CPU), and the whole
+computation waits for it instead of overlapping with it.  A zero fill of 256 KiB costs a
+few microseconds.  On diffrax's neural-ODE training step at batch 1 (four steps,
+float32), allocating its small buffers through the handler made the gradient call
+1.2-1.3x slower (benchmarks/README.md, "Time series").  So a buffer's cost follows
+``max_steps`` only up to that bound.
+
 Under `jax.vmap` the buffer must come out batched already: a batched loop carry whose
 initial value is unbatched is broadcast, which would fill it.  Callers therefore pass a
 scalar ``witness`` that is batched exactly when the recorded values will be, and the
@@ -31,12 +41,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import re
 import warnings
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jaxlib
 from jax import Array
 
@@ -46,6 +58,9 @@ _TARGET = "jaxadjoint_uninitialised"
 # them on the new jaxlib with ``JAXADJOINT_UNINITIALISED=ffi``.
 TESTED_JAXLIB = ((0, 10, 0), (0, 10, 2))
 ENVIRONMENT_VARIABLE = "JAXADJOINT_UNINITIALISED"
+# Buffers smaller than this are zero-filled, not allocated through the handler: see
+# "Small buffers" in the module docstring.
+SMALL_BUFFER_BYTES = 256 * 1024
 
 # The XLA FFI C API (xla/ffi/api/c_api.h), as far as this handler reads it:
 #   XLA_FFI_CallFrame      { size_t struct_size; XLA_FFI_Extension_Base* extension_start; ... }
@@ -138,7 +153,9 @@ def host_allocation_available() -> bool:
 
 
 def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) -> Array:
-    """The allocation itself: the FFI call on CPU, `jax.lax.empty` elsewhere."""
+    """The allocation itself: the FFI call on CPU for buffers of at least
+    `SMALL_BUFFER_BYTES`, `jax.lax.empty` (a zero fill on CPU) for smaller ones and
+    elsewhere."""
 
     def on_host(w: Array) -> Array:
         # ``purpose`` keeps XLA from merging two allocations with the same witness into one
@@ -149,7 +166,8 @@ def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) 
         del w
         return jax.lax.empty(shape, dtype)
 
-    if not host_allocation_available():
+    nbytes = math.prod(shape) * jnp.dtype(dtype).itemsize
+    if nbytes < SMALL_BUFFER_BYTES or not host_allocation_available():
         return elsewhere(witness)
     return jax.lax.platform_dependent(witness, cpu=on_host, default=elsewhere)
 

@@ -30,7 +30,9 @@ import pytest
 import jaxadjoint as ja
 from jaxadjoint import _uninitialised
 
-MAX_STEPS = 333  # a size that appears nowhere else in these programs
+# A size that appears nowhere else in these programs, and large enough that every record
+# buffer (the step grid: 8 (MAX_STEPS + 1) bytes) is above `SMALL_BUFFER_BYTES`.
+MAX_STEPS = 33_333
 N = 5
 
 
@@ -82,6 +84,19 @@ STRATEGIES = {
 
 def test_handler_is_registered():
     assert _uninitialised.host_allocation_available()
+    assert 8 * (MAX_STEPS + 1) >= _uninitialised.SMALL_BUFFER_BYTES
+
+
+def test_small_buffers_are_zero_filled():
+    """Below `SMALL_BUFFER_BYTES` a buffer is a zero fill (a few microseconds), not a call
+    of the Python handler, which would wait for the caller's GIL; at and above it, the
+    handler allocates."""
+    witness = jnp.float64(0.0)
+    limit = _uninitialised.SMALL_BUFFER_BYTES // 8
+    for length, handler in [(limit - 1, False), (limit, True)]:
+        hlo = jax.jit(lambda w, n=length: _uninitialised.uninitialised(
+            (n,), jnp.float64, w, "test")).lower(witness).as_text()
+        assert ("jaxadjoint_uninitialised" in hlo) == handler, length
 
 
 @pytest.mark.parametrize(

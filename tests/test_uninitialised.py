@@ -41,7 +41,7 @@ def rhs(t, y, args):
 def gradient(sensitivity):
     def loss(y0, args):
         sol = ja.solve(rhs, y0, 0.0, 2.0, args, saveat=jnp.array([0.5, 2.0]), rtol=1e-6,
-                       atol=1e-6, max_steps=300, sensitivity=sensitivity)
+                       atol=1e-6, max_steps=30_000, sensitivity=sensitivity)
         return jnp.sum(sol.ys ** 2)
     return jax.grad(loss, argnums=(0, 1))
 
