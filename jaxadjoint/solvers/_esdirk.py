@@ -70,7 +70,6 @@ from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOut
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
 from ._linear_solver import (
-    SMALL_SYSTEM_MAX_SIZE,
     AbstractFactorisation,
     DenseLU,
     apply_small_transposed_inverse,
@@ -238,9 +237,8 @@ class _DirectTransposed:
             jnp.stack(times[1:]), jnp.stack(zs[1:]))
         eye = jnp.eye(zs[0].shape[0], dtype=zs[0].dtype)
         self.lus = jax.vmap(jsl.lu_factor)(eye - hg * self.jacs)
-        self.inverses_t = None
-        if zs[0].shape[0] <= SMALL_SYSTEM_MAX_SIZE:
-            self.inverses_t = jax.vmap(small_transposed_inverse)(self.lus)
+        # None above the small-system size (`small_transposed_inverse` decides).
+        self.inverses_t = jax.vmap(small_transposed_inverse)(self.lus)
 
     def __call__(self, i: int, kbar: Array) -> tuple[Array, Array]:
         if self.inverses_t is None:
