@@ -13,8 +13,8 @@ the quadrature ``q_{n+1} = q_n + h sum_m b_m R(t_m, Y_m)``), the adjoint is
 (paper, section 3.3 and Appendix A).  ``h`` and ``t_n`` come from the recorded grid and
 are constants.  For states of 32 components or more each stage's VJP is its own
 `jax.lax.cond` branch, so that ``kbar_m`` and ``Ybar_m`` are materialised once instead of
-being re-summed inside every consumer (`_apply_vjp`).  Under `jax.vmap` over cotangent
-seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis: the stage
+being re-summed inside every consumer (`_apply_vjp`, `isolated_vjps`).  Under `jax.vmap`
+over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis: the stage
 values depend on the record alone, so XLA sees one unbatched stage recomputation and
 batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
 step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
@@ -85,8 +85,9 @@ def _quadrature_stages(system: System) -> list[int]:
 ISOLATED_VJP_MIN_SIZE = 32
 
 
-def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tuple:
-    """``vjp(cotangent)``, compiled on its own: a `jax.lax.cond` branch taken when ``h != 0``.
+def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array, isolate: bool) -> tuple:
+    """``vjp(cotangent)``; with ``isolate``, compiled on its own: a `jax.lax.cond` branch
+    taken when ``h != 0``.
 
     XLA on CPU copies cheap elementwise producers into every consumer.  A transposed
     stencil (the right-hand side of a discretised PDE) gives a stage cotangent
@@ -97,10 +98,10 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
     is exact: when ``h == 0`` every ``kbar`` is ``h * (...) = 0``, and a vector–Jacobian
     product is linear in its cotangent.  That is also why, under `jax.vmap` with lanes
     whose ``h`` differ, every lane may take the VJP (`_lanes.any_lane_cond`) instead of
-    `vmap`'s select of both branches, which copies the parameters once per lane.  Small
-    states skip the branch (`ISOLATED_VJP_MIN_SIZE`).
+    `vmap`'s select of both branches, which copies the parameters once per lane.
+    `isolated_vjps` says when to isolate.
     """
-    if cotangent.shape[-1] < ISOLATED_VJP_MIN_SIZE:
+    if not isolate:
         return vjp(cotangent)
 
     def skip(cotangent):
@@ -108,6 +109,24 @@ def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array) -> tup
         return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
     return any_lane_cond(h != 0, vjp, skip, cotangent)
+
+
+def isolated_vjps(params: Any, state_size: int, with_params: bool) -> bool:
+    """Whether each stage's VJP runs in its own branch (`_apply_vjp`).
+
+    From `ISOLATED_VJP_MIN_SIZE` state components on; smaller states skip the branch (it
+    costs more than a small stage's recomputation).  Not for VJPs that also give the
+    parameter part when the parameters are many (`block_size` above one): that happens
+    only in the batched reverse pass (`_batched_reverse`), where the part is a
+    lanes x parameters array.  Out of a branch, each stage's rank-one updates fuse into one
+    pass over the running ``pbar``; a branch writes the part out, and the sum reads it
+    again.  A neural ODE of 64 (32) states with a 256 (128)-wide MLP, 16 (64) lanes: the
+    gradient took 2.5x (2.9x) the time with the branches (benchmarks/README.md, "Design
+    measurements").  Dense fields (products with weight matrices) leave nothing to re-sum.
+    """
+    if state_size < ISOLATED_VJP_MIN_SIZE:
+        return False
+    return not (with_params and block_size(params, state_size) > 1)
 
 
 def _stage_adjoints(
@@ -146,6 +165,7 @@ def _stage_adjoints(
         y = stages[stored.index(0)]  # the first stage is y_n itself
     quad = _quadrature_stages(system)
     with_params = pbar is not None
+    isolate = isolated_vjps(params, lam.shape[-1], with_params)
     primals = (params,) if with_params else ()
     ks: list[Array | None] = [None] * a.shape[0]
     stage_values, stage_times, field_vjps, integrand_vjps = {}, {}, {}, {}
@@ -179,11 +199,12 @@ def _stage_adjoints(
         )
         if kbar_saves is not None and m in plan.interpolation_stages:
             kbars[m] = kbars[m] + kbar_saves[..., plan.interpolation_stages.index(m), :]
-        stage_bar, *p_bar = _apply_vjp(field_vjps[m], kbars[m], h)
+        stage_bar, *p_bar = _apply_vjp(field_vjps[m], kbars[m], h, isolate)
         if with_params:
             pbar = tree_add(pbar, p_bar[0])
         if m in integrand_vjps:
-            r_stage_bar, *r_p_bar = _apply_vjp(integrand_vjps[m], (float(b[m]) * h) * mu, h)
+            r_stage_bar, *r_p_bar = _apply_vjp(
+                integrand_vjps[m], (float(b[m]) * h) * mu, h, isolate)
             stage_bar = stage_bar + r_stage_bar
             if with_params:
                 pbar = tree_add(pbar, r_p_bar[0])

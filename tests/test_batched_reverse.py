@@ -287,3 +287,40 @@ def test_the_check_sees_per_lane_copies():
     jaxpr = jax.make_jaxpr(jax.vmap(sweep))(jnp.arange(LANES), jnp.ones((LANES, WIDTH))).jaxpr
     (counts,) = per_lane_weight_costs(jaxpr, LANES)
     assert counts["broadcasts"] >= 1 and counts["products"] >= 1 and counts["selects"] >= 2
+
+
+def test_many_parameters_keep_the_stage_vjps_inline():
+    """A neural ODE of 32 states under `vmap`: each stage's VJP also gives the per-lane
+    (lanes x parameters) cotangent, so it is not isolated in a branch
+    (`_reverse.isolated_vjps`: the branch wrote that part out and the sum read it again,
+    2.5-2.9x the gradient's time); with few parameters the same state size keeps its
+    branches."""
+    n, width = 32, 16
+    mlp = eqx.nn.MLP(n, n, width, depth=2, activation=jnp.tanh, key=jax.random.PRNGKey(2))
+    mlp = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, mlp)
+    params, static = eqx.partition(mlp, eqx.is_array)
+    assert _reverse.block_size(params, n) > 1
+    assert not _reverse.isolated_vjps(params, n, with_params=True)
+    assert _reverse.isolated_vjps(params, n, with_params=False)
+    assert _reverse.isolated_vjps((jnp.ones(n),), n, with_params=True)
+    y0s = jnp.asarray(np.random.default_rng(3).uniform(-1.0, 1.0, (LANES, n)))
+
+    def loss(params, y0s):
+        model = eqx.combine(params, static)
+
+        def final(y0, t1):
+            return ja.solve(lambda t, y, args: model(y), y0, 0.0, t1, rtol=1e-6,
+                            atol=1e-6).ys[0]
+
+        return jnp.sum(jax.vmap(final)(y0s, T1S) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(params, y0s).jaxpr
+    per_lane = (LANES, width, width)
+    lane_loops = [e for e in equations(jaxpr) if e.primitive.name == "while"
+                  and per_lane in [v.aval.shape for v in e.params["body_jaxpr"].jaxpr.invars]]
+    assert lane_loops, "no batched reverse loop found"
+    for loop in lane_loops:
+        branches_with_params = [
+            e for e in equations(loop.params["body_jaxpr"].jaxpr) if e.primitive.name == "cond"
+            and any(v.aval.shape == per_lane for v in e.outvars)]
+        assert not branches_with_params
