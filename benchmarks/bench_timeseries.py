@@ -10,6 +10,11 @@ both libraries:
   t in [0, 10], 100 save times `linspace(0, 10, 100)`. Targets: the example's spirals
   (`y' = (x_2, -x_1)` with `x = y / (1 + y)`, `y(0) ~ U(-0.6, 1)^2`). Loss: the mean squared
   error over a batch of `B` trajectories (B = 1, 32, 256), gradient w.r.t. the MLP.
+- `latent_ode`: a neural ODE on a larger state, as latent-ODE models have: the field is
+  `eqx.nn.MLP(32, 32, width_size=128, depth=2, activation=tanh)`, float32, Tsit5,
+  `rtol=1e-3, atol=1e-6`, `dt0 = ts[1] - ts[0]`, 50 save times on [0, 5]; targets are the
+  trajectories of a damped rotation `y' = M y` in 32 dimensions from `N(0, 1)` initial
+  states; B = 16 and 64.
 - `glv`: a 10-species generalised Lotka–Volterra fit (`glv_problem(10, seed=0)`), float64,
   Tsit5, `rtol = atol = 1e-6`, `dt0` by each library's own rule, 100 noisy observation times
   `linspace(0.1, 10, 100)`. Loss: the mean squared error against the observations at
@@ -77,6 +82,9 @@ PROBLEM_NOTES = {
     "neural_ode": "diffrax's neural-ODE example: MLP(2, 2, width 64, depth 2, softplus), "
     "float32, Tsit5, rtol=1e-3, atol=1e-6, dt0=ts[1]-ts[0], t in [0, 10], 100 save times; "
     "MSE against spiral trajectories; gradient w.r.t. the MLP",
+    "latent_ode": "MLP(32, 32, width 128, depth 2, tanh), float32, Tsit5, rtol=1e-3, "
+    "atol=1e-6, dt0=ts[1]-ts[0], t in [0, 5], 50 save times; MSE against trajectories of a "
+    "damped rotation in 32 dimensions; gradient w.r.t. the MLP",
     "glv": "glv_problem(10, seed=0), float64, Tsit5, rtol=atol=1e-6, dt0 automatic, 100 noisy "
     "observation times in [0.1, 10]; MSE at perturbed parameters; gradient w.r.t. (r, A)",
 }
@@ -165,6 +173,38 @@ def neural_ode_case(batch: int, seed: int = 0) -> Case:
                 atol=1e-6, dt0=float(ts[1] - ts[0]))
 
 
+class LatentFunc(eqx.Module):
+    """A neural vector field on a 32-dimensional state: `f(t, y, args) = mlp(y)`."""
+
+    mlp: eqx.nn.MLP
+
+    def __init__(self, size: int, width: int, *, key: jax.Array):
+        self.mlp = eqx.nn.MLP(in_size=size, out_size=size, width_size=width, depth=2,
+                              activation=jnp.tanh, key=key)
+
+    def __call__(self, t, y, args):
+        del t, args
+        return self.mlp(y)
+
+
+def latent_ode_case(batch: int, seed: int = 0, size: int = 32, width: int = 128) -> Case:
+    """`batch` trajectories of a damped rotation `y' = M y` (`M` = a random skew-symmetric
+    matrix minus `0.1 I`, float32) and a freshly initialised neural field on the same state.
+
+    The batch is the first `batch` of 256 initial states, as for the neural ODE.
+    """
+    data_key, matrix_key, model_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    ts = jnp.linspace(0.0, 5.0, 50, dtype=jnp.float32)
+    y0s = jax.random.normal(data_key, (256, size), jnp.float32)[:batch]
+    g = jax.random.normal(matrix_key, (size, size), jnp.float32) / jnp.sqrt(size)
+    matrix = g - g.T - 0.1 * jnp.eye(size, dtype=jnp.float32)
+    targets = jax.jit(jax.vmap(
+        lambda y0: _rk4_at(lambda t, y, args: matrix @ y, y0, 0.0, ts)))(y0s)
+    model = LatentFunc(size, width, key=model_key)
+    return Case(model, y0s, targets, ts, t0=0.0, t1=5.0, rhs=lambda model: model, rtol=1e-3,
+                atol=1e-6, dt0=float(ts[1] - ts[0]))
+
+
 def _glv_field(params):
     r, A = params
 
@@ -199,7 +239,8 @@ def glv_case(batch: int, seed: int = 0, noise: float = 0.01) -> Case:
                 atol=1e-6, dt0=None)
 
 
-PROBLEMS = {"neural_ode": (neural_ode_case, "float32"), "glv": (glv_case, "float64")}
+PROBLEMS = {"neural_ode": (neural_ode_case, "float32"), "latent_ode": (latent_ode_case, "float32"),
+            "glv": (glv_case, "float64")}
 
 
 @contextlib.contextmanager
@@ -458,11 +499,12 @@ def plot(rows: list[dict], path: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke test (well under a minute): value_and_grad only, neural ODE "
-                        "B=8 and GLV B=8, few repeats")
+                        help="smoke test (about a minute): value_and_grad only, B=8 of each "
+                        "problem, few repeats")
     parser.add_argument("--problems", nargs="+", choices=tuple(PROBLEMS),
                         default=list(PROBLEMS))
     parser.add_argument("--neural-batches", nargs="+", type=int, default=[1, 32, 256])
+    parser.add_argument("--latent-batches", nargs="+", type=int, default=[16, 64])
     parser.add_argument("--glv-batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS))
     parser.add_argument("--budget", type=float, default=10.0,
@@ -470,6 +512,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "interleaved)")
     parser.add_argument("--min-repeats", type=int, default=5)
     parser.add_argument("--max-repeats", type=int, default=21)
+    parser.add_argument("--retain-freed-memory", action="store_true",
+                        help="call ja.retain_freed_memory() first (glibc keeps freed heap "
+                        "memory for reuse; applies to both libraries, same process)")
     parser.add_argument("--no-plot", dest="plot", action="store_false")
     parser.add_argument("--output", default=None,
                         help="JSON file (default benchmarks/results/timeseries.json, "
@@ -477,7 +522,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.quick:
         # Each operation costs a cold compile per library (2-13 s each): the gradient only.
-        options.neural_batches, options.glv_batches = [8], [8]
+        options.neural_batches, options.latent_batches, options.glv_batches = [8], [8], [8]
         options.operations = ["value_and_grad"]
         options.budget, options.min_repeats, options.max_repeats = 1.0, 3, 5
     if options.output is None:
@@ -489,13 +534,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     options = parse_args(argv)
     start = time.perf_counter()
+    if options.retain_freed_memory:
+        options.retain_freed_memory = ja.retain_freed_memory()
 
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f} s] {message}", flush=True)
 
     records = []
     for kind in options.problems:
-        batches = options.neural_batches if kind == "neural_ode" else options.glv_batches
+        batches = {"neural_ode": options.neural_batches, "latent_ode": options.latent_batches,
+                   "glv": options.glv_batches}[kind]
         for batch in batches:
             log(f"{kind} B={batch} ({PROBLEMS[kind][1]})")
             records += bench_case(kind, batch, options.operations, options, log)

@@ -4,6 +4,7 @@ The discrete adjoint of adaptive explicit Runge–Kutta methods, behind one `sol
 """
 
 from ._adjoint import DiscreteAdjoint as DiscreteAdjoint
+from ._allocator import retain_freed_memory as retain_freed_memory
 from ._checkpoints import (
     AbstractCheckpoint as AbstractCheckpoint,
     StoreStages as StoreStages,
