@@ -26,10 +26,14 @@ update).  The branches of `_apply_vjp` take one side for all lanes
 **The parameter adjoint, stage by stage.**  Each lane takes `reverse_step`: one joint VJP
 per stage in the state and the parameters, each stage's parameter part added to ``pbar``
 on its own -- the arithmetic of the one-solve sweep for large states with few parameters
-(`_reverse.joint_stage_vjps`).  Blocks of stage rows with one parameter VJP per block, as
-in the one-solve sweep, are slower here: the batch makes those VJPs per-lane matrix
-products that cannot share work, while the joint VJPs' rank-one parameter parts fuse into
-one pass over ``pbar`` per stage (figures: benchmarks/README.md, "Design measurements").
+(`_reverse.joint_stage_vjps`).  With many parameters these VJPs stay out of the branches
+that isolate large states' stage VJPs (`_reverse.isolated_vjps`): XLA then adds a step's
+rank-one parameter parts to ``pbar`` in one fused pass, where a branch wrote each stage's
+lanes x parameters part out and read it back.  Blocks of stage rows with one parameter
+VJP per block, as in the one-solve sweep, are slower here: the batch makes those VJPs
+per-lane matrix products that cannot share work, while the joint VJPs' rank-one parameter
+parts fuse into one pass over ``pbar`` (figures: benchmarks/README.md, "Design
+measurements" and "Time series").
 
 **What is batched, and what stays unbatched.**  Nothing here is batched that `vmap` did
 not batch.  The parameters of the right-hand side, when the lanes share them (the network
