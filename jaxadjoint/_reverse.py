@@ -14,9 +14,9 @@ the quadrature ``q_{n+1} = q_n + h sum_m b_m R(t_m, Y_m)``), the adjoint is
 are constants.  For states of 32 components or more each stage's VJP is its own
 `jax.lax.cond` branch, so that ``kbar_m`` and ``Ybar_m`` are materialised once instead of
 being re-summed inside every consumer (`_apply_vjp`, `isolated_vjps`).  Under `jax.vmap`
-over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis: the stage
-values depend on the record alone, so XLA sees one unbatched stage recomputation and
-batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
+over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis:
+the stage values depend on the record alone, so XLA sees one unbatched stage
+recomputation and batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
 step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
 
 **Across checkpoint strategies.**  `StoreStates`, `StoreStages` and `Recursive` run the
@@ -121,8 +121,8 @@ def isolated_vjps(params: Any, state_size: int, with_params: bool) -> bool:
     lanes x parameters array.  Out of a branch, each stage's rank-one updates fuse into one
     pass over the running ``pbar``; a branch writes the part out, and the sum reads it
     again.  A neural ODE of 64 (32) states with a 256 (128)-wide MLP, 16 (64) lanes: the
-    gradient took 2.5x (2.9x) the time with the branches (benchmarks/README.md, "Design
-    measurements").  Dense fields (products with weight matrices) leave nothing to re-sum.
+    gradient took 3.4x (2.9x) the time with the branches (benchmarks/README.md, "Time
+    series").  Dense fields (products with weight matrices) leave nothing to re-sum.
     """
     if state_size < ISOLATED_VJP_MIN_SIZE:
         return False
