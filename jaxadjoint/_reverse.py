@@ -16,8 +16,9 @@ are constants.  For states of 32 components or more each stage's VJP is its own
 being re-summed inside every consumer (`_apply_vjp`, `isolated_vjps`).  Under `jax.vmap`
 over cotangent seeds only ``lam``, ``kbar``, ``Ybar`` and ``pbar`` carry the batch axis:
 the stage values depend on the record alone, so XLA sees one unbatched stage
-recomputation and batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap` over solves (whose
-step counts differ) the sweeps of the batch share one loop instead: `_batched_reverse`.
+recomputation and batched (matrix–matrix) vector–Jacobian products.  Under `jax.vmap`
+over solves (whose step counts differ) the sweeps of the batch share one loop instead:
+`_batched_reverse`.
 
 **Across checkpoint strategies.**  `StoreStates`, `StoreStages` and `Recursive` run the
 same operations in the same order on the same grid: stage values are built by
