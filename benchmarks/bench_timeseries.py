@@ -15,6 +15,11 @@ both libraries:
   `rtol=1e-3, atol=1e-6`, `dt0 = ts[1] - ts[0]`, 50 save times on [0, 5]; targets are the
   trajectories of a damped rotation `y' = M y` in 32 dimensions from `N(0, 1)` initial
   states; B = 16 and 64.
+- `heat`: a discretised PDE, the paper's 2-D heat equation on a 24 x 24 grid (576 states,
+  `heat_rhs`), float64, Tsit5, `rtol=1e-6, atol=1e-8`, 10 save times in [0.001, 0.01];
+  each trajectory starts from its own mix of the first sine modes; targets are RK4
+  trajectories at diffusivity 1; the loss is evaluated at diffusivity 0.8 and
+  differentiated with respect to it; B = 8.
 - `glv`: a 10-species generalised Lotka–Volterra fit (`glv_problem(10, seed=0)`), float64,
   Tsit5, `rtol = atol = 1e-6`, `dt0` by each library's own rule, 100 noisy observation times
   `linspace(0.1, 10, 100)`. Loss: the mean squared error against the observations at
@@ -63,7 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxadjoint as ja
-from jaxadjoint.problems import glv_problem
+from jaxadjoint.problems import glv_problem, heat_grid, heat_rhs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import rel_error, time_interleaved, write_json  # noqa: E402
@@ -85,6 +90,9 @@ PROBLEM_NOTES = {
     "latent_ode": "MLP(32, 32, width 128, depth 2, tanh), float32, Tsit5, rtol=1e-3, "
     "atol=1e-6, dt0=ts[1]-ts[0], t in [0, 5], 50 save times; MSE against trajectories of a "
     "damped rotation in 32 dimensions; gradient w.r.t. the MLP",
+    "heat": "heat_rhs on a 24 x 24 grid, float64, Tsit5, rtol=1e-6, atol=1e-8, dt0 automatic, "
+    "10 save times in [0.001, 0.01]; initial states mixes of sine modes; MSE against "
+    "diffusivity-1 trajectories at diffusivity 0.8; gradient w.r.t. the diffusivity",
     "glv": "glv_problem(10, seed=0), float64, Tsit5, rtol=atol=1e-6, dt0 automatic, 100 noisy "
     "observation times in [0.1, 10]; MSE at perturbed parameters; gradient w.r.t. (r, A)",
 }
@@ -205,6 +213,33 @@ def latent_ode_case(batch: int, seed: int = 0, size: int = 32, width: int = 128)
                 atol=1e-6, dt0=float(ts[1] - ts[0]))
 
 
+def heat_case(batch: int, seed: int = 0, n_points: int = 24) -> Case:
+    """`batch` heat-equation trajectories (float64) from mixes of the first sine modes.
+
+    Initial state `sum_{j,k <= 3} c_jk sin(j pi x) sin(k pi y)` with `c ~ N(0, 1)` (zero on
+    the boundary); targets at diffusivity 1 by RK4 (20 steps between save times, well inside
+    its stability limit); the loss is evaluated at diffusivity 0.8.
+    """
+    x, y = heat_grid(n_points)
+    rng = np.random.default_rng(seed)
+    coefficients = rng.standard_normal((256, 3, 3))[:batch]
+    modes = np.stack([np.sin(j * np.pi * x) * np.sin(k * np.pi * y)
+                      for j in range(1, 4) for k in range(1, 4)])
+    y0s = np.einsum("bm,mij->bij", coefficients.reshape(batch, 9), modes)
+    y0s[:, [0, -1], :] = 0.0
+    y0s[:, :, [0, -1]] = 0.0
+    y0s = jnp.asarray(y0s)
+    ts = jnp.linspace(0.001, 0.01, 10)
+    targets = jax.jit(jax.vmap(
+        lambda y0: _rk4_at(lambda t, u, args: heat_rhs(t, u, 1.0), y0, 0.0, ts)))(y0s)
+
+    def field(alpha):
+        return lambda t, u, args: heat_rhs(t, u, alpha)
+
+    return Case(jnp.asarray(0.8), y0s, targets, ts, t0=0.0, t1=0.01, rhs=field, rtol=1e-6,
+                atol=1e-8, dt0=None)
+
+
 def _glv_field(params):
     r, A = params
 
@@ -240,7 +275,7 @@ def glv_case(batch: int, seed: int = 0, noise: float = 0.01) -> Case:
 
 
 PROBLEMS = {"neural_ode": (neural_ode_case, "float32"), "latent_ode": (latent_ode_case, "float32"),
-            "glv": (glv_case, "float64")}
+            "heat": (heat_case, "float64"), "glv": (glv_case, "float64")}
 
 
 @contextlib.contextmanager
@@ -505,6 +540,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=list(PROBLEMS))
     parser.add_argument("--neural-batches", nargs="+", type=int, default=[1, 32, 256])
     parser.add_argument("--latent-batches", nargs="+", type=int, default=[16, 64])
+    parser.add_argument("--heat-batches", nargs="+", type=int, default=[8])
     parser.add_argument("--glv-batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS))
     parser.add_argument("--budget", type=float, default=10.0,
@@ -522,7 +558,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.quick:
         # Each operation costs a cold compile per library (2-13 s each): the gradient only.
-        options.neural_batches, options.latent_batches, options.glv_batches = [8], [8], [8]
+        options.neural_batches = options.latent_batches = [8]
+        options.heat_batches = options.glv_batches = [8]
         options.operations = ["value_and_grad"]
         options.budget, options.min_repeats, options.max_repeats = 1.0, 3, 5
     if options.output is None:
@@ -543,7 +580,7 @@ def main(argv: list[str] | None = None) -> None:
     records = []
     for kind in options.problems:
         batches = {"neural_ode": options.neural_batches, "latent_ode": options.latent_batches,
-                   "glv": options.glv_batches}[kind]
+                   "heat": options.heat_batches, "glv": options.glv_batches}[kind]
         for batch in batches:
             log(f"{kind} B={batch} ({PROBLEMS[kind][1]})")
             records += bench_case(kind, batch, options.operations, options, log)
