@@ -11,11 +11,18 @@ buffers, mostly does not.  Measured on a 2-core CPU (benchmarks/README.md, "Time
 a neural ODE of 32 states, 64 lanes, took 6.7-17 ms per gradient by default and 3.7 ms
 with the setting below; a 10-species Lotka–Volterra fit, 256 lanes, 12 ms and 5.4-6.2 ms.
 
+What happens, from ``strace`` of that neural ODE's gradient: every call maps and unmaps
+one block of 45 MB (XLA's buffer of the program's temporaries, the record among them),
+larger than the 32 MiB up to which glibc learns to keep freed blocks, so every page of
+every temporary in it is new on every call.
+
 `retain_freed_memory` sets glibc's ``M_TOP_PAD`` (the same as the environment variable
-``MALLOC_TOP_PAD_``): the heap grows and shrinks in steps of ``pad_bytes`` more, so freed
-blocks stay mapped and the next call reuses them.  It is a setting of the whole process,
-which is why jaxadjoint never changes it by itself: the process keeps up to ``pad_bytes``
-of freed memory instead of returning it at once.
+``MALLOC_TOP_PAD_``): the heap grows and shrinks in steps of ``pad_bytes`` more, so a block
+that size is carved from the heap, stays mapped when freed, and the next call reuses it.
+It is a setting of the whole process, which is why jaxadjoint never changes it by itself:
+the process keeps up to ``pad_bytes`` of freed memory instead of returning it at once, and
+glibc stops adapting its threshold for mapping blocks of their own (it stays where it was,
+128 KiB by default, for blocks the heap's top cannot serve).
 """
 
 from __future__ import annotations
