@@ -28,12 +28,24 @@ glibc stops adapting its threshold for mapping blocks of their own (it stays whe
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import sys
+import warnings
+
+import jax
 
 # glibc's <malloc.h>: the mallopt parameter for the heap's top padding.
 _M_TOP_PAD = -2
 DEFAULT_PAD_BYTES = 256 * 2**20
+# From this size on, one buffer alone puts a program past glibc's largest reuse threshold
+# (32 MiB), so `hint_if_large` suggests `retain_freed_memory`.
+LARGE_BUFFER_BYTES = 32 * 2**20
+_state = {"retained": False, "hinted": False}
+
+
+def _glibc() -> bool:
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
 def retain_freed_memory(pad_bytes: int = DEFAULT_PAD_BYTES) -> bool:
@@ -48,7 +60,7 @@ def retain_freed_memory(pad_bytes: int = DEFAULT_PAD_BYTES) -> bool:
         raise TypeError(f"`pad_bytes` must be an int, got {type(pad_bytes).__name__}")
     if not 0 <= pad_bytes < 2**31:
         raise ValueError(f"`pad_bytes` must be in [0, 2**31), got {pad_bytes}")
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    if not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -56,4 +68,30 @@ def retain_freed_memory(pad_bytes: int = DEFAULT_PAD_BYTES) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_TOP_PAD, pad_bytes))
+    applied = bool(mallopt(_M_TOP_PAD, pad_bytes))
+    _state["retained"] = _state["retained"] or applied
+    return applied
+
+
+def hint_if_large(nbytes: int, purpose: str) -> None:
+    """Warn, once per process, that a buffer of ``nbytes`` wants `retain_freed_memory`.
+
+    Called at trace time for each record buffer (``purpose`` names it).  Silent below
+    `LARGE_BUFFER_BYTES`, off CPU, off glibc, and once the setting was made (by
+    `retain_freed_memory` or ``MALLOC_TOP_PAD_``).
+    """
+    if (nbytes < LARGE_BUFFER_BYTES or _state["retained"] or _state["hinted"]
+            or "MALLOC_TOP_PAD_" in os.environ or not _glibc()
+            or jax.default_backend() != "cpu"):
+        return
+    _state["hinted"] = True
+    warnings.warn(
+        f"jaxadjoint: this solve allocates a buffer of {nbytes / 2**20:.0f} MiB ({purpose}: "
+        "max_steps x the state's size, x the lanes under jax.vmap; allocated, not written). "
+        "On CPU with glibc, a program with buffers this large gets fresh memory pages on "
+        "every call, which made gradients up to 2-4x slower in our benchmarks. Call "
+        "jaxadjoint.retain_freed_memory() once at the start (README, 'Performance'), or "
+        "lower max_steps. Shown once per process.",
+        RuntimeWarning,
+        stacklevel=2,
+    )

@@ -52,6 +52,8 @@ import jax.numpy as jnp
 import jaxlib
 from jax import Array
 
+from ._allocator import hint_if_large
+
 _TARGET = "jaxadjoint_uninitialised"
 # The jaxlib releases the handler was run and checked on, an inclusive range: all of
 # tests/test_uninitialised.py and tests/test_cost_follows_steps.py pass.  To widen it, run
@@ -169,6 +171,7 @@ def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) 
     nbytes = math.prod(shape) * jnp.dtype(dtype).itemsize
     if nbytes < SMALL_BUFFER_BYTES or not host_allocation_available():
         return elsewhere(witness)
+    hint_if_large(nbytes, purpose)
     return jax.lax.platform_dependent(witness, cpu=on_host, default=elsewhere)
 
 

@@ -1,14 +1,19 @@
-"""`retain_freed_memory`: applied on glibc, refused with a clear error for bad sizes."""
+"""`retain_freed_memory`: applied on glibc, refused with a clear error for bad sizes, and
+suggested (once) when a solve's record is large."""
 
 from __future__ import annotations
 
 import platform
 import subprocess
 import sys
+import warnings
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 import jaxadjoint as ja
+from jaxadjoint import _allocator, _uninitialised
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -33,3 +38,32 @@ def test_applied_on_glibc():
 def test_bad_sizes_are_refused(bad, error, match):
     with pytest.raises(error, match=match):
         ja.retain_freed_memory(bad)
+
+
+def _trace_gradient_of_a_large_solve():
+    """Traces (does not compile) a gradient whose record is 4096 x 1024 float64: 32 MiB."""
+
+    def loss(y0):
+        return jnp.sum(ja.solve(lambda t, y, args: -y, y0, 0.0, 1.0, max_steps=4096).ys)
+
+    jax.make_jaxpr(jax.grad(loss))(jnp.ones(1024))
+
+
+@pytest.mark.parametrize("retained", [False, True])
+def test_a_large_record_suggests_the_setting_once(monkeypatch, retained):
+    """`hint_if_large`: a record of 32 MiB or more on CPU with glibc warns once per process,
+    naming `retain_freed_memory`; not after the setting was made."""
+    if not (GLIBC and _uninitialised.host_allocation_available()):
+        pytest.skip("the hint is for glibc and the CPU allocation handler")
+    monkeypatch.setattr(_allocator, "_state", {"retained": retained, "hinted": False})
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _trace_gradient_of_a_large_solve()
+        _trace_gradient_of_a_large_solve()
+    hints = [str(w.message) for w in caught if "retain_freed_memory" in str(w.message)]
+    if retained:
+        assert hints == []
+    else:
+        assert len(hints) == 1
+        assert "buffer of 32 MiB" in hints[0] and "lower max_steps" in hints[0]
