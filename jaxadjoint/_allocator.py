@@ -22,7 +22,8 @@ that size is carved from the heap, stays mapped when freed, and the next call re
 It is a setting of the whole process, which is why jaxadjoint never changes it by itself:
 the process keeps up to ``pad_bytes`` of freed memory instead of returning it at once, and
 glibc stops adapting its threshold for mapping blocks of their own (it stays where it was,
-128 KiB by default, for blocks the heap's top cannot serve).
+128 KiB by default, for blocks the heap's top cannot serve).  `hint_if_large` tells the
+user, once, when a solve's record alone is past that 32 MiB.
 """
 
 from __future__ import annotations
