@@ -10,12 +10,16 @@ which is the derivative of the computed discrete solution, so it agrees with
 `DiscreteAdjoint` to round-off (forward and reverse mode of the same function).
 
 The replay is a `lax.scan` over ``max_steps`` whose steps past the last accepted one are
-skipped by `lax.cond`.  A scan (unlike a `while_loop`) can be transposed, so the tangent
-map is linear and transposable and `jax.grad`, `jax.jacrev` and `jax.hessian`
-(``jacfwd(jacrev)``) work through it too; JAX then differentiates the replay itself,
-which is again exact on the recorded grid.  The price is a small cost per unused slot of
-``max_steps`` (roughly 0.3 µs each on CPU): keep ``max_steps`` near what the solve
-needs.  For reverse mode prefer `DiscreteAdjoint`, which is the same derivative with a
+skipped by `lax.cond`, in chunks of `REPLAY_CHUNK` slots: a chunk past the last step is
+skipped whole, one branch for 16 slots.  A scan (unlike a `while_loop`) can be
+transposed, so the tangent map is linear and transposable and `jax.grad`, `jax.jacrev`
+and `jax.hessian` (``jacfwd(jacrev)``) work through it too; JAX then differentiates the
+replay itself, which is again exact on the recorded grid.  Slot by slot, the unused slots
+of the default ``max_steps`` (4096) took a fifth of a 50-step `jax.jacfwd` (GLV, 110
+parameters, 5.7 ms against 4.5 ms at ``max_steps=64``); in chunks it takes 3.5 ms at
+either.  Under `jax.vmap` over solves whose step counts differ, the branches become
+selects and every slot is replayed: keep ``max_steps`` near what the solve needs there.
+For reverse mode prefer `DiscreteAdjoint`, which is the same derivative with a
 hand-written reverse pass.
 
 Times use the continuous formulas of every method: ``dy(t_i)/dt_i = f(t_i, y(t_i))``, a
@@ -71,6 +75,11 @@ def replay_event(
     return tau, event_state(weights, rows, event.row, tau)
 
 
+# Slots of ``max_steps`` per chunk of the replay: a chunk past the last accepted step is
+# skipped by one branch instead of one per slot (module docstring).
+REPLAY_CHUNK = 16
+
+
 def replay(
     system: System, problem: Problem, grid: Array, num_accepted: Array, rows: DenseRows
 ) -> tuple[Array, Array, DenseRows]:
@@ -121,13 +130,26 @@ def replay(
         row_k = row_k.at[slot].set(jnp.where(hit, ks, row_k[slot]))
         return step.y_new, q, j + hit.astype(j.dtype), row_y, row_k
 
+    last_slot = system.max_steps - 1
+
     def body(carry, n):
-        carry = jax.lax.cond(n < num_accepted, lambda c: take(n, c), lambda c: c, carry)
+        # (A chunk's slots past ``max_steps`` are never taken; the clamp keeps the
+        # untaken branch's reads in bounds.)
+        carry = jax.lax.cond(n < num_accepted, lambda c: take(jnp.minimum(n, last_slot), c),
+                             lambda c: c, carry)
         return carry, None
 
+    def chunk(carry, start):
+        def run(c):
+            slots = start + jnp.arange(REPLAY_CHUNK, dtype=jnp.int32)
+            return jax.lax.scan(body, c, slots)[0]
+
+        return jax.lax.cond(start < num_accepted, run, lambda c: c, carry), None
+
     init = (y0, q, jnp.int32(0), row_y, row_k)
+    num_chunks = -(-system.max_steps // REPLAY_CHUNK)
     (y_final, q, _, row_y, row_k), _ = jax.lax.scan(
-        body, init, jnp.arange(system.max_steps, dtype=jnp.int32)
+        chunk, init, REPLAY_CHUNK * jnp.arange(num_chunks, dtype=jnp.int32)
     )
     # The last row is the final state's (`_dense.write_final_row`).
     last = rows.count - 1

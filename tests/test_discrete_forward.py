@@ -1,0 +1,49 @@
+"""`DiscreteForward`'s replay runs in chunks of `REPLAY_CHUNK` slots of ``max_steps``.
+
+A chunk past the last accepted step is skipped whole.  Checked where the chunks do not
+divide ``max_steps`` and the solve uses every slot: the Jacobian equals `jax.jacfwd` of
+the plain replay on the recorded grid (`replay_on_grid`) to round-off.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxadjoint as ja
+from jaxadjoint._discrete_forward import REPLAY_CHUNK
+
+MAX_STEPS = 37  # three chunks of 16 slots, the last one past max_steps
+TS = jnp.asarray([0.35, 1.0, 2.45, 3.7])
+
+
+def rhs(t, y, args):
+    a, b = args
+    return jnp.stack([a * y[0] - b * y[0] * y[1], -y[1] + 0.5 * y[0] * y[1]])
+
+
+@pytest.mark.parametrize("steps", [MAX_STEPS, 20])
+def test_chunked_replay_is_the_replay(steps):
+    """``steps`` constant steps: all ``MAX_STEPS`` slots used, or some chunks skipped."""
+    assert MAX_STEPS % REPLAY_CHUNK != 0 and steps <= MAX_STEPS
+    dt = 3.7 / steps
+    y0, args = jnp.asarray([1.0, 0.8]), (jnp.asarray(0.9), jnp.asarray(0.6))
+
+    def saves(args):
+        return ja.solve(rhs, y0, 0.0, 3.7, args, solver=ja.RK4(), controller=ja.ConstantStep(dt),
+                        saveat=TS, max_steps=MAX_STEPS, sensitivity=ja.DiscreteForward()).ys
+
+    sol = ja.solve(rhs, y0, 0.0, 3.7, args, solver=ja.RK4(), controller=ja.ConstantStep(dt),
+                   max_steps=MAX_STEPS)
+    assert int(sol.stats["num_accepted_steps"]) == steps
+    grid = sol.steps
+
+    def reference(args):
+        return ja.replay_on_grid(rhs, ja.RK4(), y0, args, grid, saveat=TS)[0]
+
+    ours = jax.jit(jax.jacfwd(saves))(args)
+    expected = jax.jacfwd(reference)(args)
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
