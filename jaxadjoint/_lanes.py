@@ -100,3 +100,21 @@ def run_single_lane(fn: Callable[[Any], Any], dyn: Any, batched: Any) -> tuple[A
     lane = jax.tree.map(lambda x, b: x[0] if b else x, dyn, batched)
     out = jax.tree.map(lambda x: x[None], fn(lane))
     return out, jax.tree.map(lambda _: True, out)
+
+
+@jax.custom_batching.custom_vmap
+def any_in_batch(pred: Array) -> Array:
+    """``pred``; under `jax.vmap`, whether it holds for any member of the batch (unbatched).
+
+    Keeps a `jax.lax.cond` on it unbatched: `_runtime_error.raise_if` calls the host only
+    when something failed, not once per member of every batch (`jax.jacrev`'s seeds
+    included), and `DiscreteForward`'s replay skips a chunk of slots that no lane needs.
+    Its input is a boolean, so it carries no derivative.
+    """
+    return pred
+
+
+@any_in_batch.def_vmap
+def _any_in_batch_rule(axis_size: int, in_batched: list, pred: Array) -> tuple[Array, bool]:
+    del axis_size
+    return (jnp.any(pred) if in_batched[0] else pred), False

@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._lanes import any_in_batch
+
 T = TypeVar("T")
 
 
@@ -59,25 +61,9 @@ def raise_if(x: T, pred: Array, message: Callable[..., str], *values: Array) -> 
                                    pred, *values, vmap_method="broadcast_all")
         # Unbatched, so that the branch does not batch ``x``; never reached with a value
         # (the host raised), but it keeps the callback alive.
-        raised = _any_in_batch(jnp.any(raised))
+        raised = any_in_batch(jnp.any(raised))
         return jax.tree.map(
             lambda leaf: leaf + 0 * raised.astype(leaf.dtype)
             if jnp.issubdtype(leaf.dtype, jnp.inexact) else leaf, x)
 
-    return jax.lax.cond(_any_in_batch(jnp.any(pred)), failing, lambda x: x, x)
-
-
-@jax.custom_batching.custom_vmap
-def _any_in_batch(pred: Array) -> Array:
-    """``pred``; under `jax.vmap`, whether it holds for any member of the batch (unbatched).
-
-    Keeps the `lax.cond` of `raise_if` unbatched, so that the host is called only when
-    something failed, not once per member of every batch (`jax.jacrev`'s seeds included).
-    """
-    return pred
-
-
-@_any_in_batch.def_vmap
-def _any_in_batch_rule(axis_size: int, in_batched: list, pred: Array) -> tuple[Array, bool]:
-    del axis_size
-    return (jnp.any(pred) if in_batched[0] else pred), False
+    return jax.lax.cond(any_in_batch(jnp.any(pred)), failing, lambda x: x, x)

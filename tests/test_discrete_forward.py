@@ -47,3 +47,35 @@ def test_chunked_replay_is_the_replay(steps):
     expected = jax.jacfwd(reference)(args)
     for a, b in zip(ours, expected):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+LANE_Y0S = jnp.asarray([[1.0, 0.8], [2.5, 0.3], [0.4, 1.9]])
+
+
+def _lane_saves(args, y0):
+    return ja.solve(rhs, y0, 0.0, 3.7, args, solver=ja.Tsit5(), rtol=1e-8, atol=1e-8,
+                    saveat=TS, max_steps=200, sensitivity=ja.DiscreteForward()).ys
+
+
+def test_lanes_under_vmap_skip_chunks_no_lane_needs():
+    """`jax.vmap` over solves with different step counts: chunks that no lane needs are
+    skipped (`_lanes.any_in_batch`); each lane's `jacfwd` and `grad` (the replay
+    transposed) are its unbatched ones."""
+    args = (jnp.asarray(0.9), jnp.asarray(0.6))
+    steps = [int(ja.solve(rhs, y0, 0.0, 3.7, args, solver=ja.Tsit5(), rtol=1e-8, atol=1e-8,
+                          max_steps=200).stats["num_accepted_steps"]) for y0 in LANE_Y0S]
+    assert len(set(steps)) == 3 and max(steps) < 200 - REPLAY_CHUNK
+
+    jac = jax.jit(jax.jacfwd(_lane_saves))
+    lanes = jax.jit(jax.vmap(jax.jacfwd(_lane_saves), in_axes=(None, 0)))(args, LANE_Y0S)
+
+    def loss(args, y0):
+        return jnp.sum(_lane_saves(args, y0) ** 2)
+
+    grad = jax.jit(jax.grad(loss))
+    lane_grads = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0)))(args, LANE_Y0S)
+    for i, y0 in enumerate(LANE_Y0S):
+        for a, b in zip(lanes, jac(args, y0)):
+            np.testing.assert_allclose(a[i], b, rtol=1e-12, atol=1e-14)
+        for a, b in zip(lane_grads, grad(args, y0)):
+            np.testing.assert_allclose(a[i], b, rtol=1e-12, atol=1e-14)
