@@ -6,7 +6,10 @@ that holds saves, a prefix sum over the save times (which row each reads), one g
 and one polynomial evaluation per save (forward), and their transposes (gradient).
 Compares, in one interleaved run, the same solve and gradient with ``n_save`` save times
 and with none (``y(t1)`` only), for several ``n_save`` and ``max_steps``: the cost must
-follow ``n_save``, never ``n_save * max_steps``.
+follow ``n_save``, never ``n_save * max_steps``.  diffrax runs the same four calls in the
+same rounds (Dopri5, `PIDController` at the same tolerances, `SaveAt(ts=...)`, its default
+`RecursiveCheckpointAdjoint`), as a peer: what the saves cost there, and the time ratio of
+the two libraries with the saves.
 
     python benchmarks/bench_many_saves.py            # -> results/many-saves.json
     python benchmarks/bench_many_saves.py --quick
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -87,23 +91,47 @@ def measure(name, problem, n_save, max_steps, budget):
     def grad_none(args):
         return jax.grad(lambda a: jnp.sum(solve(a, None).ys ** 2))(args)
 
-    compiled = {
-        "forward, saves": compile_jitted(forward, args, ts, clear_caches=False)[0],
-        "forward, none": compile_jitted(forward_none, args, clear_caches=False)[0],
-        "gradient, saves": compile_jitted(grad, args, ts, clear_caches=False)[0],
-        "gradient, none": compile_jitted(grad_none, args, clear_caches=False)[0],
+    def peer(args, saveat):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(rhs), diffrax.Dopri5(), 0.0, t1, None, y0, args, saveat=saveat,
+            stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol), max_steps=max_steps,
+        )
+
+    def peer_forward(args, ts):
+        return peer(args, diffrax.SaveAt(ts=ts)).ys
+
+    def peer_forward_none(args):
+        return peer(args, diffrax.SaveAt(t1=True)).ys
+
+    def peer_grad(args, ts):
+        return jax.grad(lambda a: jnp.sum(peer_forward(a, ts) ** 2))(args)
+
+    def peer_grad_none(args):
+        return jax.grad(lambda a: jnp.sum(peer_forward_none(a) ** 2))(args)
+
+    functions = {
+        ("jaxadjoint", "forward", "saves"): (forward, (args, ts)),
+        ("jaxadjoint", "forward", "none"): (forward_none, (args,)),
+        ("jaxadjoint", "gradient", "saves"): (grad, (args, ts)),
+        ("jaxadjoint", "gradient", "none"): (grad_none, (args,)),
+        ("diffrax", "forward", "saves"): (peer_forward, (args, ts)),
+        ("diffrax", "forward", "none"): (peer_forward_none, (args,)),
+        ("diffrax", "gradient", "saves"): (peer_grad, (args, ts)),
+        ("diffrax", "gradient", "none"): (peer_grad_none, (args,)),
     }
-    calls = {
-        "forward, saves": lambda: compiled["forward, saves"](args, ts),
-        "forward, none": lambda: compiled["forward, none"](args),
-        "gradient, saves": lambda: compiled["gradient, saves"](args, ts),
-        "gradient, none": lambda: compiled["gradient, none"](args),
-    }
+    calls = {}
+    for key, (fn, fn_args) in functions.items():
+        compiled = compile_jitted(fn, *fn_args, clear_caches=False)[0]
+        calls[key] = lambda compiled=compiled, fn_args=fn_args: compiled(*fn_args)
     timings = time_interleaved(calls, budget_s=budget, max_repeats=41)
     steps = int(solve(args, ts).stats["num_accepted_steps"])
+    peer_steps = int(peer(args, diffrax.SaveAt(ts=ts)).stats["num_accepted_steps"])
     records = []
     for op in ("forward", "gradient"):
-        with_saves, none = timings[f"{op}, saves"], timings[f"{op}, none"]
+        with_saves = timings[("jaxadjoint", op, "saves")]
+        none = timings[("jaxadjoint", op, "none")]
+        peer_saves = timings[("diffrax", op, "saves")]
+        peer_none = timings[("diffrax", op, "none")]
         records.append(dict(
             problem=name, operation=op, n_save=n_save, max_steps=max_steps, steps=steps,
             median_s=with_saves.median, min_s=with_saves.min, max_s=with_saves.max,
@@ -111,11 +139,18 @@ def measure(name, problem, n_save, max_steps, budget):
             # Process CPU time: less disturbed than wall time by other jobs on the machine.
             cpu_median_s=with_saves.cpu_median, none_cpu_median_s=none.cpu_median,
             cpu_ratio=with_saves.cpu_median / none.cpu_median,
+            diffrax_steps=peer_steps, diffrax_median_s=peer_saves.median,
+            diffrax_none_median_s=peer_none.median,
+            diffrax_ratio=peer_saves.median / peer_none.median,
+            vs_diffrax=with_saves.median / peer_saves.median,
         ))
         print(f"{name:20s} {op:9s} n_save={n_save:6d} max_steps={max_steps:6d} steps={steps:3d}"
               f"  {with_saves.median * 1e3:7.3f} ms vs {none.median * 1e3:7.3f} ms without"
               f"  ratio {with_saves.median / none.median:5.2f}"
-              f" (CPU time {with_saves.cpu_median / none.cpu_median:5.2f})")
+              f" (CPU time {with_saves.cpu_median / none.cpu_median:5.2f});"
+              f" diffrax ({peer_steps} steps) {peer_saves.median * 1e3:7.3f} ms vs"
+              f" {peer_none.median * 1e3:7.3f} ms, ratio {peer_saves.median / peer_none.median:5.2f};"
+              f" jaxadjoint / diffrax with saves {with_saves.median / peer_saves.median:5.2f}")
     return records
 
 
