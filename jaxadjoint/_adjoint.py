@@ -27,7 +27,7 @@ from jax import Array
 
 from ._adjoint_health import raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStates
-from ._dense import DenseRows, row_cotangents
+from ._dense import DenseRows, save_cotangents
 from ._events import event_cotangents
 from ._forward import EventRecord, ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
@@ -81,14 +81,11 @@ def _solve_fwd(perturbed, problem, system, sens):
     return to_solve_output(system, problem, out), residuals
 
 
-def _dense_cotangent(dense_bar: DenseRows | None, rows: DenseRows) -> tuple[Array, Array]:
-    """``(ybar, kbar)`` of the dense-output rows returned to the user (zeros if unused)."""
-    ybar = kbar = None
-    if dense_bar is not None:
-        ybar, kbar = dense_bar.y, dense_bar.k
-    ybar = jnp.zeros_like(rows.y) if ybar is None else ybar
-    kbar = jnp.zeros_like(rows.k) if kbar is None else kbar
-    return ybar, kbar
+def _dense_cotangent(dense_bar: DenseRows | None) -> tuple[Array | None, Array | None]:
+    """``(ybar, kbar)`` of the dense-output rows returned to the user (``None`` if unused)."""
+    if dense_bar is None:
+        return None, None
+    return dense_bar.y, dense_bar.k
 
 
 @_solve.def_bwd
@@ -120,19 +117,22 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     if event is not None:
         # Saves after a terminal event are NaN constants.
         ys_bar = jnp.where((taus > event.tau)[:, None], 0, ys_bar)
-    ybar, kbar, taus_bar = row_cotangents(plan.weights, rows, taus, ys_bar,
-                                          bool(perturbed.ts) or restart)
+    interpolating = system.interpolate_saves or system.dense
+    pending, taus_bar = save_cotangents(plan.weights, rows, taus, ys_bar, interpolating,
+                                        bool(perturbed.ts) or restart)
+    # Cotangents given per row: of the dense output the user read, and of an event.
+    ybar = kbar = None
     if system.dense:
-        dense_ybar, dense_kbar = _dense_cotangent(dense_bar, rows)
-        ybar, kbar = ybar + dense_ybar, kbar + dense_kbar
+        ybar, kbar = _dense_cotangent(dense_bar)
     pbar = jax.tree.map(jnp.zeros_like, params)
     t1_event_bar = event_time_bar = None
     if event is not None:
         ybar_e, kbar_e, pbar, t1_event_bar, event_time_bar = _event_cotangents(
             system, problem, rows, event, event_bar)
-        ybar, kbar = ybar + ybar_e, kbar + kbar_e
-    interpolating = system.interpolate_saves or system.dense
-    saves = SaveCotangents(rows.step, rows.count, ybar, kbar if interpolating else None)
+        ybar = ybar_e if ybar is None else ybar + ybar_e
+        kbar = kbar_e if kbar is None else kbar + kbar_e
+    saves = SaveCotangents(rows.step, rows.count, ybar, kbar if interpolating else None,
+                           pending)
 
     lam = jnp.zeros_like(problem.y0)
     end = last_end_stage_adjoint(system, params, direction, saves, grid[num_accepted],

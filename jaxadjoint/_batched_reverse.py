@@ -78,6 +78,7 @@ from ._reverse import (
     last_row,
     save_slopes_cotangent,
 )
+from ._save_cotangents import materialise
 from ._system import System
 
 
@@ -86,18 +87,22 @@ def batch_over_solves(
     lanes: Callable[[Callable, Any, int, Any], Any],
     args: tuple,
     control: Callable[[tuple], Any],
+    saves_at: int,
 ) -> Any:
     """``one(*args)``, with ``lanes`` as its rule under `jax.vmap` when lanes differ.
 
     ``args`` is a tuple of pytrees (arrays are its dynamic leaves; functions must be
-    closure-converted first).  Under `jax.vmap`, if the leaf ``control(args)`` (the step
-    count) is batched, the batch runs ``lanes(unpack, axes, axis_size, dyn)``: ``dyn``
-    holds the array leaves (batched ones with the lane axis in front, as ``axes`` says)
-    and ``unpack(d)`` rebuilds ``args`` from one lane's leaves (inside `jax.vmap` over
-    ``axes``).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
+    closure-converted first); ``args[saves_at]`` is the sweep's `SaveCotangents`.  Under
+    `jax.vmap`, if the leaf ``control(args)`` (the step count) is batched, the batch runs
+    ``lanes(unpack, axes, axis_size, dyn)``: ``dyn`` holds the array leaves (batched ones
+    with the lane axis in front, as ``axes`` says) and ``unpack(d)`` rebuilds ``args`` from
+    one lane's leaves (inside `jax.vmap` over ``axes``); ``lanes`` sums its saves into rows
+    (`with_rows`).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
     cotangent seeds) and the batch runs `jax.vmap` of ``one``, whose loops and branches
-    then have unbatched predicates.  Outputs come out batched.  A batch of one lane runs ``one``
-    itself (`_lanes.run_single_lane`).
+    then have unbatched predicates, with the saves still pending (`_save_cotangents`:
+    rows for every seed would be quadratic in the saves).  A solve on its own runs ``one``
+    on rows.  Outputs come out batched.  A batch of one lane runs ``one`` itself
+    (`_lanes.run_single_lane`).
     """
     dynamic, static = eqx.partition(args, eqx.is_array)
 
@@ -106,7 +111,7 @@ def batch_over_solves(
 
     @jax.custom_batching.custom_vmap
     def run(dyn: Any) -> Any:
-        return one(*unpack(dyn))
+        return one(*with_rows(unpack(dyn), saves_at))
 
     @run.def_vmap
     def run_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[Any, Any]:
@@ -121,6 +126,29 @@ def batch_over_solves(
         return out, jax.tree.map(lambda _: True, out)
 
     return run(dynamic)
+
+
+def with_rows(args: tuple, saves_at: int) -> tuple:
+    """``args`` with the `SaveCotangents` at ``saves_at`` summed into rows (`materialise`)."""
+    args = list(args)
+    args[saves_at] = materialise(args[saves_at])
+    return tuple(args)
+
+
+def lanes_with_rows(unpack: Callable, axes: Any, axis_size: int, dyn: Any,
+                    saves_at: int) -> tuple[Callable, Any, Any]:
+    """Each lane's saves summed into rows once, before the lanes' loop: ``(unpack, axes,
+    dyn)`` to use instead, whose lanes read the rows."""
+    rows = jax.vmap(lambda d: materialise(unpack(d)[saves_at]), in_axes=(axes,),
+                    axis_size=axis_size)(dyn)
+
+    def unpack_rows(d: Any) -> tuple:
+        d, lane_rows = d
+        args = list(unpack(d))
+        args[saves_at] = lane_rows
+        return tuple(args)
+
+    return unpack_rows, (axes, 0), (dyn, rows)
 
 
 def reverse_all_steps(
@@ -142,8 +170,11 @@ def reverse_all_steps(
     """
     read = eqx.filter_closure_convert(read, jnp.int32(0))
     args = (system, params, direction, grid, num_steps, read, lam, pbar, mu, saves)
+    saves_at = 9
 
     def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple:
+        unpack, axes, dyn = lanes_with_rows(unpack, axes, axis_size, dyn, saves_at)
+
         def lane(d: Any) -> Lane:
             system, params, direction, grid, _, read, _, _, mu, saves = unpack(d)
             return Lane(system, params, direction, grid, read, mu, saves)
@@ -160,7 +191,7 @@ def reverse_all_steps(
             lane, axes, axis_size, dyn, n_hi, n_lo, lam, pbar, j, health)
         return lam, pbar, health
 
-    return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4])
+    return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4], saves_at)
 
 
 class Lane(NamedTuple):

@@ -14,7 +14,7 @@ its own with ``theta = 0``, so a save at ``t1`` (or at any node) is bitwise the 
 Cost: one row write per accepted step that holds saves, and one vectorised evaluation of
 ``n_save`` polynomials; nothing grows with ``n_save * max_steps``.  Under the discrete
 adjoint the cotangent of a save goes to ``y_n`` and, with weights ``h b_m(theta)``, to
-the stage slopes ``k_m`` of its step (`row_cotangents`): the reverse pass adds them when
+the stage slopes ``k_m`` of its step (`save_cotangents`): the reverse pass adds them when
 it reverses that step.  The derivative with respect to a save time is the interpolant's
 own time derivative ``sum_m b_m'(theta) k_m``.
 """
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._save_cotangents import PendingSaves, pending_saves
 from ._uninitialised import uninitialised
 from .solvers import _interpolants
 from .solvers._base import AbstractDenseWeights, continuous_extension
@@ -407,22 +408,23 @@ def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Arr
                    (jnp.ones_like(taus),))[1]
 
 
-def row_cotangents(
-    weights: AbstractDenseWeights, rows: DenseRows, taus: Array, ys_bar: Array, with_times: bool
-) -> tuple[Array, Array, Array | None]:
-    """``(ybar, kbar, taus_bar)``: the cotangents of `interpolate` at the saves for ``ys_bar``.
+def save_cotangents(
+    weights: AbstractDenseWeights, rows: DenseRows, taus: Array, ys_bar: Array,
+    with_slopes: bool, with_times: bool,
+) -> tuple[PendingSaves, Array | None]:
+    """``(pending, taus_bar)``: the cotangents of `interpolate` at the saves for ``ys_bar``,
+    per save (`_save_cotangents`).
 
-    ``ybar[r]`` belongs to ``y_n`` of row ``r`` and ``kbar[r, l]`` to the slope of its
-    ``l``-th interpolation stage: ``ybar[r] = sum_j ys_bar_j`` and
-    ``kbar[r, l] = sum_j h b_l(theta_j) ys_bar_j`` over the row's saves ``j``.
-    ``taus_bar`` (the interpolant's slope times ``ys_bar``) only ``with_times``.
+    Save ``j`` on row ``r`` gives ``ys_bar_j`` to ``y_n`` of the row and
+    ``h b_l(theta_j) ys_bar_j`` to the slope of its ``l``-th interpolation stage (the
+    weights only ``with_slopes``).  ``taus_bar`` (the interpolant's slope times
+    ``ys_bar``) only ``with_times``.
 
     Written out rather than left to `jax.vjp` of `interpolate`: the transpose of its
     unrolled weights is a chain of pads and adds over ``(n_save, L, N)`` that XLA fuses
     into one loop re-evaluating every weight polynomial for each of the ``L`` stages
-    (5x slower at 10 000 saves).  Here each weight is computed once per save, multiplied
-    into the save's cotangent, and the products are summed into the rows by one sorted
-    scatter-add each for ``ybar`` and ``kbar``.
+    (5x slower at 10 000 saves).  Here each weight is computed once per save, as a
+    Bernstein-basis matrix product.
     """
     index = save_rows(rows)
     tau_rows, h_rows = jax.lax.stop_gradient(rows.tau), jax.lax.stop_gradient(rows.h)
@@ -430,25 +432,20 @@ def row_cotangents(
     # Saves past the end of a failed solve are NaN constants: they get no cotangent, and
     # a NaN there must not spread.
     ys_bar = jnp.where((taus > last)[:, None], 0, jnp.nan_to_num(ys_bar))
+    scaled = None
+    if with_slopes:
 
-    def at(buffer: Array) -> Array:
-        return jnp.take(buffer, index, axis=0, mode="clip", indices_are_sorted=True)
+        def at(buffer: Array) -> Array:
+            return jnp.take(buffer, index, axis=0, mode="clip", indices_are_sorted=True)
 
-    h = at(h_rows)
-    theta = (jax.lax.stop_gradient(taus) - at(tau_rows)) / h
-    scaled = h[:, None] * weights.weight_matrix(theta)
-    products = scaled[:, :, None] * ys_bar[:, None, :]
-
-    def into_rows(values: Array) -> Array:
-        zeros = jnp.zeros((rows.size,) + values.shape[1:], values.dtype)
-        return zeros.at[index].add(values, indices_are_sorted=True, mode="promise_in_bounds")
-
-    ybar, kbar = into_rows(ys_bar), into_rows(products)
+        h = at(h_rows)
+        theta = (jax.lax.stop_gradient(taus) - at(tau_rows)) / h
+        scaled = h[:, None] * weights.weight_matrix(theta)
     taus_bar = None
     if with_times:
         slopes = interpolant_slopes(weights, rows, taus)
         taus_bar = jnp.sum(jnp.where(jnp.isnan(slopes), 0, slopes) * ys_bar, axis=-1)
-    return ybar, kbar, taus_bar
+    return pending_saves(rows.size, index, ys_bar, scaled), taus_bar
 
 
 class DenseInterpolation(eqx.Module):

@@ -93,6 +93,10 @@ def _replay(system, params, direction, grid, n0, y0, num, stack, first_slot, con
     return jax.lax.while_loop(cond, body, (jnp.int32(0), y0, k1, stack))[3]
 
 
+# Where `Recursive.reverse` passes its `SaveCotangents` (`batch_over_solves`).
+SAVES_AT = 10
+
+
 def _split_length(length: Array, free: Array, dtype: Any) -> Array:
     """``min(beta(f - 1, t), length - 1)`` for ``t = min{r : beta(f, r) >= length}``.
 
@@ -185,7 +189,7 @@ class Recursive(AbstractCheckpoint):
                 saves)
         return batch_over_solves(
             lambda checkpoint, *rest: checkpoint._reverse_one(*rest), reverse_lanes, args,
-            lambda a: a[6],
+            lambda a: a[6], SAVES_AT,
         )
 
     def _reverse_one(self, system, params, direction, store, grid, num_accepted, lam, pbar,

@@ -49,6 +49,15 @@ from jax import Array
 
 from ._adjoint_health import Health, healthy, observe
 from ._lanes import any_lane_cond
+from ._save_cotangents import (
+    SaveCotangents,
+    add_save_state,
+    has_slopes,
+    last_row,
+    row_at,
+    row_slopes_cotangent,
+    save_slopes_cotangent,
+)
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
 
@@ -148,7 +157,7 @@ def _stage_adjoints(
     Recomputes (or takes) the live stages, linearises the right-hand side at each, and runs
     ``kbar_m``/``Ybar_m`` from the last stage to the first.  ``kbar_saves`` (``(L, N)``,
     or ``None``) is the cotangent of the interpolation stages' slopes from saves that lie
-    inside this step (`_dense.row_cotangents`): it adds to their ``kbar``.  Given a running
+    inside this step (`_save_cotangents`): it adds to their ``kbar``.  Given a running
     ``pbar`` the VJPs are taken jointly in the stage and the parameters and each stage's
     parameter part is added to ``pbar`` on its own, so that every addition has one product
     operand and LLVM fuses it into the same multiply-add whatever else the loop computes
@@ -313,55 +322,6 @@ def erk_reverse_step(
     return lam_n, pbar
 
 
-class SaveCotangents(NamedTuple):
-    """Cotangents of the dense-output rows (`_dense.DenseRows`), read by the reverse sweep.
-
-    Row ``r`` belongs to step ``step[r]`` (rows sorted by step; the final state's row has
-    step ``T``): ``ybar[r]`` adds to ``dL/dy_n`` and ``kbar[r]`` to the cotangents of the
-    step's interpolation-stage slopes.  ``kbar`` is ``None`` when every save is a node
-    (``theta = 0``, so it would be zero).
-    """
-
-    step: Array  # (R,) int32
-    count: Array  # rows written: rows count..R-1 are padding
-    ybar: Array  # (..., R, N)
-    kbar: Array | None  # (..., R, L, N)
-
-
-def _row_at(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:
-    """``(hit, row)``: whether row ``j`` (the latest not yet added) belongs to step ``n``."""
-    row = jnp.maximum(j, 0)
-    return (j >= 0) & (saves.step[row] == n), row
-
-
-def add_save_state(
-    lam: Array, saves: SaveCotangents, j: Array, n: Array
-) -> tuple[Array, Array]:
-    """Add the cotangent of ``y_n`` from row ``j`` if it belongs to step ``n``; ``(lam, j)``."""
-    hit, row = _row_at(saves, j, n)
-    return lam + jnp.where(hit, saves.ybar[..., row, :], 0), j - hit.astype(j.dtype)
-
-
-def save_slopes_cotangent(
-    saves: SaveCotangents, j: Array, n: Array, carried_end: int | None
-) -> Array | None:
-    """The slope cotangents ``(L, N)`` of step ``n`` from row ``j`` (zero without a row).
-
-    With ``carried_end`` (`_dense.StagePlan.carried_end`), the first slope's cotangent also
-    takes that of step ``n - 1``'s end stage, the same slope ``f(t_n, y_n)``: the end
-    stage itself is not linearised (`_dense.carried_end_stage`).
-    """
-    if saves.kbar is None:
-        return None
-    hit, row = _row_at(saves, j, n)
-    kbar = jnp.where(hit, saves.kbar[..., row, :, :], 0)
-    if carried_end is not None:
-        before, before_row = _row_at(saves, j - hit.astype(j.dtype), n - 1)
-        carried = jnp.where(before, saves.kbar[..., before_row, carried_end, :], 0)
-        kbar = kbar.at[..., 0, :].add(carried)
-    return kbar
-
-
 def last_end_stage_adjoint(
     system: System, params: Any, direction: Array, saves: SaveCotangents, tau: Array,
     y: Array, num_steps: Array,
@@ -372,22 +332,17 @@ def last_end_stage_adjoint(
     before the sweep, at the final state.
     """
     slot = system.stage_plan.carried_end
-    if saves.kbar is None or slot is None:
+    if not has_slopes(saves) or slot is None:
         return None
     # The final state's row is the last; the last step's is the one before, if any.
-    hit, row = _row_at(saves, last_row(saves) - 1, num_steps - 1)
-    kbar = jnp.where(hit, saves.kbar[..., row, slot, :], 0)
+    hit, row = row_at(saves, last_row(saves) - 1, num_steps - 1)
+    kbar = jnp.where(hit, row_slopes_cotangent(saves, row, slot, single=True), 0)
 
     def field(Y, p):
         return system.field(tau, Y, p, direction)
 
     _, vjp = jax.vjp(field, y, params)
     return vjp(kbar)
-
-
-def last_row(saves: SaveCotangents) -> Array:
-    """The index of the last written row, where a sweep over all steps starts."""
-    return (saves.count - 1).astype(jnp.int32)
 
 
 def block_size(params: Any, state_size: int) -> int:

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._dense import DenseRows, row_slopes, save_rows
-from ._reverse import SaveCotangents
+from ._save_cotangents import SaveCotangents, row_slopes_cotangent, row_state_cotangent
 from ._system import Problem, System
 
 
@@ -109,7 +109,7 @@ def restart_cotangent(
     """``dL/dtau*`` of a restarted segment through its grid (internal time): ``T`` without
     its ``sbar`` term, less ``H`` if the last step was clipped (module docstring).
 
-    ``taus_bar`` is each save's ``ybar . u'(tau)`` (`_dense.row_cotangents`) and
+    ``taus_bar`` is each save's ``ybar . u'(tau)`` (`_dense.save_cotangents`) and
     ``event_time_bar`` the event's ``ubar . u'(tau*)`` (zero if none fired).  The forward
     loop gives a restarted segment's clipped last step a row (`_forward`): it is the one
     before the final state's.
@@ -137,8 +137,9 @@ def restart_cotangent(
     theta_event = (event_tau - t_r) / h_r
     on_row = jnp.sum(jnp.where(index == r, theta * taus_bar, 0))
     on_row = on_row + jnp.where(event_row == r, theta_event * event_time_bar, 0)
-    clipped = (jnp.vdot(saves.ybar[last], y_dot)
-               + jnp.vdot(saves.kbar[r], k_dot + rows.k[r] / h_r) - on_row)
+    ybar_last = row_state_cotangent(saves, last, single=True)
+    kbar_r = row_slopes_cotangent(saves, r, single=True)
+    clipped = jnp.vdot(ybar_last, y_dot) + jnp.vdot(kbar_r, k_dot + rows.k[r] / h_r) - on_row
     return moved - jnp.where(landed, clipped, 0)
 
 

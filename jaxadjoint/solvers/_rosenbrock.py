@@ -52,7 +52,7 @@ the same arithmetic): no right-hand side evaluation of the stage chain and no fo
 which is the form `_dense` evaluates, with the slopes ``U_i / h`` (the step's ``ks[1:]``;
 ``ks[0]`` is ``f(t_n, y_n)``, the slope of a save at a node under `node_plan`) and the
 weights ``b_i = w_i``.  So a save's cotangent ``ybar`` reaches the step as ``kbar_i =
-h w_i(theta) ybar`` (`_dense.row_cotangents`), and the adjoint above starts from
+h w_i(theta) ybar`` (`_save_cotangents`), and the adjoint above starts from
 ``Ubar_i = m_i lam + kbar_i / h + ...``: nothing else changes.  ``w_1'(0)`` is not 1, so
 the final state's row holds ``f(t_T, y_T) / w_1'(0)`` (`_dense.final_row_slopes`) for the
 time derivative of a save at ``t_T`` to be ``f(t_T, y_T)``.  Saves do not change the steps.
