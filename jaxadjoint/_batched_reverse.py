@@ -47,7 +47,9 @@ pass cannot tell ``grad(vmap(f))``, after which JAX sums the lanes, from
 the wrong answer to the second).  Under `jax.jacrev` (`vmap` over cotangent seeds) the
 record and the step counts are not batched, nothing here applies, and the sweep is
 `vmap` of the one-solve sweep: recorded states and recomputed stages stay unbatched,
-only the adjoints carry the seeds (`tests/test_jaxpr.py`).
+only the adjoints carry the seeds (`tests/test_jaxpr.py`).  The saves' cotangents then
+stay per save, and the sweep sums a row's saves when it reaches it; a solve on its own
+and the lanes here sum them into rows once, before their loop (`_save_cotangents`).
 
 **Gradients.**  Every lane reverses exactly its own recorded steps with the functions of
 the one-solve sweep, so its gradient is the exact derivative of its computed solution.
