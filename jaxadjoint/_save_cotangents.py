@@ -172,25 +172,32 @@ def _sum_one_row(values: Array, weights: Array | None, index: Array, row: Array,
     return out[..., 0, :] if ones else out
 
 
-def row_state_cotangent(saves: SaveCotangents, row: Array, single: bool = False) -> Array:
+def _bounds(pending: PendingSaves, row: Array, needed: Array | None) -> tuple[Array, Array]:
+    """The saves ``lo .. hi - 1`` of ``row`` to sum: none where not ``needed``."""
+    lo, hi = pending.first[row], pending.first[row + 1]
+    return lo, hi if needed is None else jnp.where(needed, hi, lo)
+
+
+def row_state_cotangent(saves: SaveCotangents, row: Array, single: bool = False,
+                        needed: Array | None = None) -> Array:
     """``ybar_r``: the cotangent of row ``row``'s ``y_n``, ``(..., N)``.  ``single``: for
-    one row outside the sweep (`_sum_one_row`)."""
+    one row outside the sweep (`_sum_one_row`).  Where ``needed`` is false the pending
+    saves are not summed (the result is then to be discarded)."""
     out = None if saves.ybar is None else saves.ybar[..., row, :]
     pending, num_rows = saves.pending, saves.step.shape[-1]
     if pending is not None:
         if single:
             summed = _sum_one_row(pending.ys_bar, None, pending.index, row, num_rows)
         else:
-            summed = _sum_row_saves(pending.ys_bar, None, pending.first[row],
-                                    pending.first[row + 1])
+            summed = _sum_row_saves(pending.ys_bar, None, *_bounds(pending, row, needed))
         out = summed if out is None else out + summed
     return out
 
 
 def row_slopes_cotangent(saves: SaveCotangents, row: Array, slot: int | None = None,
-                         single: bool = False) -> Array:
+                         single: bool = False, needed: Array | None = None) -> Array:
     """``kbar_r``: the cotangents of row ``row``'s slopes, ``(..., L, N)``, or of its slope
-    ``slot`` alone, ``(..., N)``.  Only if `has_slopes`; ``single`` as in
+    ``slot`` alone, ``(..., N)``.  Only if `has_slopes`; ``single`` and ``needed`` as in
     `row_state_cotangent`."""
     out = None
     if saves.kbar is not None:
@@ -201,8 +208,7 @@ def row_slopes_cotangent(saves: SaveCotangents, row: Array, slot: int | None = N
         if single:
             summed = _sum_one_row(pending.ys_bar, weights, pending.index, row, num_rows)
         else:
-            summed = _sum_row_saves(pending.ys_bar, weights, pending.first[row],
-                                    pending.first[row + 1])
+            summed = _sum_row_saves(pending.ys_bar, weights, *_bounds(pending, row, needed))
         summed = summed if slot is None else summed[..., 0, :]
         out = summed if out is None else out + summed
     return out
@@ -219,7 +225,7 @@ def add_save_state(
 ) -> tuple[Array, Array]:
     """Add the cotangent of ``y_n`` from row ``j`` if it belongs to step ``n``; ``(lam, j)``."""
     hit, row = row_at(saves, j, n)
-    return (lam + jnp.where(hit, row_state_cotangent(saves, row), 0),
+    return (lam + jnp.where(hit, row_state_cotangent(saves, row, needed=hit), 0),
             j - hit.astype(j.dtype))
 
 
@@ -235,10 +241,11 @@ def save_slopes_cotangent(
     if not has_slopes(saves):
         return None
     hit, row = row_at(saves, j, n)
-    kbar = jnp.where(hit, row_slopes_cotangent(saves, row), 0)
+    kbar = jnp.where(hit, row_slopes_cotangent(saves, row, needed=hit), 0)
     if carried_end is not None:
         before, before_row = row_at(saves, j - hit.astype(j.dtype), n - 1)
-        carried = jnp.where(before, row_slopes_cotangent(saves, before_row, carried_end), 0)
+        carried = jnp.where(
+            before, row_slopes_cotangent(saves, before_row, carried_end, needed=before), 0)
         kbar = kbar.at[..., 0, :].add(carried)
     return kbar
 
