@@ -149,7 +149,8 @@ def measure(name, problem, n_save, max_steps, budget):
               f"  ratio {with_saves.median / none.median:5.2f}"
               f" (CPU time {with_saves.cpu_median / none.cpu_median:5.2f});"
               f" diffrax ({peer_steps} steps) {peer_saves.median * 1e3:7.3f} ms vs"
-              f" {peer_none.median * 1e3:7.3f} ms, ratio {peer_saves.median / peer_none.median:5.2f};"
+              f" {peer_none.median * 1e3:7.3f} ms,"
+              f" ratio {peer_saves.median / peer_none.median:5.2f};"
               f" jaxadjoint / diffrax with saves {with_saves.median / peer_saves.median:5.2f}")
     return records
 

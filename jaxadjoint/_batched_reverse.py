@@ -99,7 +99,7 @@ def batch_over_solves(
     ``lanes(unpack, axes, axis_size, dyn)``: ``dyn`` holds the array leaves (batched ones
     with the lane axis in front, as ``axes`` says) and ``unpack(d)`` rebuilds ``args`` from
     one lane's leaves (inside `jax.vmap` over ``axes``); ``lanes`` sums its saves into rows
-    (`with_rows`).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
+    (`lanes_with_rows`).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
     cotangent seeds) and the batch runs `jax.vmap` of ``one``, whose loops and branches
     then have unbatched predicates, with the saves still pending (`_save_cotangents`:
     rows for every seed would be quadratic in the saves).  A solve on its own runs ``one``

@@ -19,18 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_dense_output import T1, THETA, Y0, lotka_volterra
 
 import jaxadjoint as ja
 
-
-def lotka_volterra(t, y, args):
-    a, b, c, d = args
-    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
-
-
-Y0 = jnp.array([1.0, 1.0])
-THETA = jnp.array([1.5, 1.0, 3.0, 1.0])
-T1 = 6.0
 # Many saves in a few steps, repeated ones, t0 and t1, and none after t = 3.3 but t1:
 # steps that hold several saves, one, or none.
 TS = jnp.concatenate([jnp.linspace(0.0, 1.0, 13), jnp.array([1.0, 2.2, 3.3, 3.3, T1])])
