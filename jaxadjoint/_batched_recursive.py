@@ -23,9 +23,9 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint_health import healthy
-from ._batched_reverse import Lane, lanes_sweep, lanes_with_rows
+from ._batched_reverse import Lane, lanes_sweep
 from ._lanes import lanes_where
-from ._recursive import SAVES_AT, _replay, _split_length
+from ._recursive import _replay, _split_length
 from ._reverse import add_save_state, last_row
 
 
@@ -36,8 +36,6 @@ def reverse_lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tupl
     num_accepted, lam, pbar, mu, saves)``; see
     `_batched_reverse.batch_over_solves`.  Mirrors `Recursive._reverse_one` step for step.
     """
-
-    unpack, axes, dyn = lanes_with_rows(unpack, axes, axis_size, dyn, SAVES_AT)
 
     def each(fn: Callable) -> Callable:
         return jax.vmap(lambda d, c: fn(unpack(d), c), in_axes=(axes, 0), axis_size=axis_size)

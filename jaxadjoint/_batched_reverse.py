@@ -98,13 +98,13 @@ def batch_over_solves(
     `jax.vmap`, if the leaf ``control(args)`` (the step count) is batched, the batch runs
     ``lanes(unpack, axes, axis_size, dyn)``: ``dyn`` holds the array leaves (batched ones
     with the lane axis in front, as ``axes`` says) and ``unpack(d)`` rebuilds ``args`` from
-    one lane's leaves (inside `jax.vmap` over ``axes``); ``lanes`` sums its saves into rows
-    (`lanes_with_rows`).  Otherwise every lane takes the same steps (`jax.jacrev`: the lanes are
-    cotangent seeds) and the batch runs `jax.vmap` of ``one``, whose loops and branches
-    then have unbatched predicates, with the saves still pending (`_save_cotangents`:
-    rows for every seed would be quadratic in the saves).  A solve on its own runs ``one``
-    on rows.  Outputs come out batched.  A batch of one lane runs ``one`` itself
-    (`_lanes.run_single_lane`).
+    one lane's leaves (inside `jax.vmap` over ``axes``), with the lane's saves summed into
+    rows once, before the lanes' loop (`_lanes_with_rows`).  Otherwise every lane takes
+    the same steps (`jax.jacrev`: the lanes are cotangent seeds) and the batch runs
+    `jax.vmap` of ``one``, whose loops and branches then have unbatched predicates, with
+    the saves still pending (`_save_cotangents`: rows for every seed would be quadratic in
+    the saves).  A solve on its own runs ``one`` on rows.  Outputs come out batched.  A
+    batch of one lane runs ``one`` itself (`_lanes.run_single_lane`).
     """
     dynamic, static = eqx.partition(args, eqx.is_array)
 
@@ -113,7 +113,7 @@ def batch_over_solves(
 
     @jax.custom_batching.custom_vmap
     def run(dyn: Any) -> Any:
-        return one(*with_rows(unpack(dyn), saves_at))
+        return one(*_with_rows(unpack(dyn), saves_at))
 
     @run.def_vmap
     def run_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[Any, Any]:
@@ -122,7 +122,9 @@ def batch_over_solves(
             return run_single_lane(run, dyn, batched)
         axes = jax.tree.map(lambda b: 0 if b else None, batched)
         if control(unpack(batched)) is True:
-            out = lanes(unpack, axes, axis_size, dyn)
+            lane_unpack, lane_axes, lane_dyn = _lanes_with_rows(unpack, axes, axis_size, dyn,
+                                                                saves_at)
+            out = lanes(lane_unpack, lane_axes, axis_size, lane_dyn)
         else:
             out = jax.vmap(lambda d: one(*unpack(d)), in_axes=(axes,), axis_size=axis_size)(dyn)
         return out, jax.tree.map(lambda _: True, out)
@@ -130,14 +132,14 @@ def batch_over_solves(
     return run(dynamic)
 
 
-def with_rows(args: tuple, saves_at: int) -> tuple:
+def _with_rows(args: tuple, saves_at: int) -> tuple:
     """``args`` with the `SaveCotangents` at ``saves_at`` summed into rows (`materialise`)."""
     args = list(args)
     args[saves_at] = materialise(args[saves_at])
     return tuple(args)
 
 
-def lanes_with_rows(unpack: Callable, axes: Any, axis_size: int, dyn: Any,
+def _lanes_with_rows(unpack: Callable, axes: Any, axis_size: int, dyn: Any,
                     saves_at: int) -> tuple[Callable, Any, Any]:
     """Each lane's saves summed into rows once, before the lanes' loop: ``(unpack, axes,
     dyn)`` to use instead, whose lanes read the rows."""
@@ -172,11 +174,8 @@ def reverse_all_steps(
     """
     read = eqx.filter_closure_convert(read, jnp.int32(0))
     args = (system, params, direction, grid, num_steps, read, lam, pbar, mu, saves)
-    saves_at = 9
 
     def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple:
-        unpack, axes, dyn = lanes_with_rows(unpack, axes, axis_size, dyn, saves_at)
-
         def lane(d: Any) -> Lane:
             system, params, direction, grid, _, read, _, _, mu, saves = unpack(d)
             return Lane(system, params, direction, grid, read, mu, saves)
@@ -193,7 +192,8 @@ def reverse_all_steps(
             lane, axes, axis_size, dyn, n_hi, n_lo, lam, pbar, j, health)
         return lam, pbar, health
 
-    return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4], saves_at)
+    # The step count is args[4], the saves args[9].
+    return batch_over_solves(_reverse.reverse_all_steps, lanes, args, lambda a: a[4], 9)
 
 
 class Lane(NamedTuple):

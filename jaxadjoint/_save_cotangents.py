@@ -74,6 +74,13 @@ def has_slopes(saves: SaveCotangents) -> bool:
     return saves.pending is not None and saves.pending.weights is not None
 
 
+def _into_rows(values: Array, index: Array, num_rows: int) -> Array:
+    """``values (n_save, ...)`` summed into ``num_rows`` rows by the saves' rows ``index``
+    (sorted): one sorted scatter-add."""
+    zeros = jnp.zeros((num_rows,) + values.shape[1:], values.dtype)
+    return zeros.at[index].add(values, indices_are_sorted=True, mode="promise_in_bounds")
+
+
 def materialise(saves: SaveCotangents) -> SaveCotangents:
     """``saves`` with every pending save summed into its row (one sorted scatter-add each
     for ``ybar`` and ``kbar``: each weight is computed once per save, multiplied into the
@@ -84,9 +91,7 @@ def materialise(saves: SaveCotangents) -> SaveCotangents:
     num_rows = saves.step.shape[-1]
 
     def into_rows(values: Array, extra: Array | None) -> Array:
-        zeros = jnp.zeros((num_rows,) + values.shape[1:], values.dtype)
-        summed = zeros.at[pending.index].add(values, indices_are_sorted=True,
-                                             mode="promise_in_bounds")
+        summed = _into_rows(values, pending.index, num_rows)
         return summed if extra is None else extra + summed
 
     ybar = into_rows(pending.ys_bar, saves.ybar)
@@ -125,14 +130,10 @@ def _sum_row_saves(values: Array, weights: Array | None, lo: Array, hi: Array) -
 
 def _scatter_then_read(values: Array, weights: Array, index: Array, row: Array,
                        num_rows: int) -> Array:
-    """`_sum_one_row` by one sorted scatter-add into rows, read at ``row``."""
-    products = weights[:, :, None] * values[..., :, None, :]
-    axis = values.ndim - 2
-    rows = jnp.zeros(products.shape[:axis] + (num_rows,) + products.shape[axis + 1:],
-                     values.dtype)
-    rows = rows.at[(Ellipsis, index, slice(None), slice(None))].add(
-        products, indices_are_sorted=True, mode="promise_in_bounds")
-    return jax.lax.dynamic_index_in_dim(rows, row, axis=axis, keepdims=False)
+    """`_sum_one_row` of one solve's saves (``values (n_save, N)``): summed into rows
+    (`_into_rows`) and read at ``row``."""
+    rows = _into_rows(weights[:, :, None] * values[:, None, :], index, num_rows)
+    return jax.lax.dynamic_index_in_dim(rows, row, axis=0, keepdims=False)
 
 
 def _masked_sum(values: Array, weights: Array, index: Array, row: Array) -> Array:
@@ -178,18 +179,22 @@ def _bounds(pending: PendingSaves, row: Array, needed: Array | None) -> tuple[Ar
     return lo, hi if needed is None else jnp.where(needed, hi, lo)
 
 
+def _pending_sum(pending: PendingSaves, weights: Array | None, row: Array, num_rows: int,
+                 single: bool, needed: Array | None) -> Array:
+    """The pending saves of ``row`` summed with ``weights`` (`_sum_row_saves`)."""
+    if single:
+        return _sum_one_row(pending.ys_bar, weights, pending.index, row, num_rows)
+    return _sum_row_saves(pending.ys_bar, weights, *_bounds(pending, row, needed))
+
+
 def row_state_cotangent(saves: SaveCotangents, row: Array, single: bool = False,
                         needed: Array | None = None) -> Array:
     """``ybar_r``: the cotangent of row ``row``'s ``y_n``, ``(..., N)``.  ``single``: for
     one row outside the sweep (`_sum_one_row`).  Where ``needed`` is false the pending
     saves are not summed (the result is then to be discarded)."""
     out = None if saves.ybar is None else saves.ybar[..., row, :]
-    pending, num_rows = saves.pending, saves.step.shape[-1]
-    if pending is not None:
-        if single:
-            summed = _sum_one_row(pending.ys_bar, None, pending.index, row, num_rows)
-        else:
-            summed = _sum_row_saves(pending.ys_bar, None, *_bounds(pending, row, needed))
+    if saves.pending is not None:
+        summed = _pending_sum(saves.pending, None, row, saves.step.shape[-1], single, needed)
         out = summed if out is None else out + summed
     return out
 
@@ -202,13 +207,10 @@ def row_slopes_cotangent(saves: SaveCotangents, row: Array, slot: int | None = N
     out = None
     if saves.kbar is not None:
         out = saves.kbar[..., row, :, :] if slot is None else saves.kbar[..., row, slot, :]
-    pending, num_rows = saves.pending, saves.step.shape[-1]
+    pending = saves.pending
     if pending is not None and pending.weights is not None:
         weights = pending.weights if slot is None else pending.weights[:, slot:slot + 1]
-        if single:
-            summed = _sum_one_row(pending.ys_bar, weights, pending.index, row, num_rows)
-        else:
-            summed = _sum_row_saves(pending.ys_bar, weights, *_bounds(pending, row, needed))
+        summed = _pending_sum(pending, weights, row, saves.step.shape[-1], single, needed)
         summed = summed if slot is None else summed[..., 0, :]
         out = summed if out is None else out + summed
     return out
