@@ -39,8 +39,7 @@ def save_jacobian(y0, theta, ts, solver, checkpoint):
                        sensitivity=ja.DiscreteAdjoint(checkpoint))
         return sol.ys, sol.steps
 
-    jac = jax.jacrev(lambda *a: saves(*a)[0], argnums=(0, 1, 2))(y0, theta, ts)
-    return jac, saves(y0, theta, ts)[1]
+    return jax.jacrev(saves, argnums=(0, 1, 2), has_aux=True)(y0, theta, ts)
 
 
 @eqx.filter_jit
@@ -81,8 +80,7 @@ def dense_jacobian(y0, theta):
                        solver=ja.Tsit5(), rtol=1e-7, atol=1e-7, max_steps=256)
         return jnp.concatenate([sol.ys, sol.evaluate(EVALUATE)]), sol.steps
 
-    jac = jax.jacrev(lambda *a: outputs(*a)[0], argnums=(0, 1))(y0, theta)
-    return jac, outputs(y0, theta)[1]
+    return jax.jacrev(outputs, argnums=(0, 1), has_aux=True)(y0, theta)
 
 
 def test_jacobian_of_saves_and_dense_output_is_the_replays():
