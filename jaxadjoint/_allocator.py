@@ -16,14 +16,22 @@ one block of 45 MB (XLA's buffer of the program's temporaries, the record among 
 larger than the 32 MiB up to which glibc learns to keep freed blocks, so every page of
 every temporary in it is new on every call.
 
-`retain_freed_memory` sets glibc's ``M_TOP_PAD`` (the same as the environment variable
-``MALLOC_TOP_PAD_``): the heap grows and shrinks in steps of ``pad_bytes`` more, so a block
-that size is carved from the heap, stays mapped when freed, and the next call reuses it.
-It is a setting of the whole process, which is why jaxadjoint never changes it by itself:
-the process keeps up to ``pad_bytes`` of freed memory instead of returning it at once, and
-glibc stops adapting its threshold for mapping blocks of their own (it stays where it was,
-128 KiB by default, for blocks the heap's top cannot serve).  `hint_if_large` tells the
-user, once, when a solve's record alone is past that 32 MiB.
+`retain_freed_memory` makes three glibc settings (``mallopt``), for the whole process:
+
+- ``M_MMAP_MAX = 0``: no block gets a mapping of its own, so none is unmapped when freed;
+  every block comes from the heap;
+- ``M_TRIM_THRESHOLD = pad_bytes``: freed memory at the top of the heap is returned to the
+  system only beyond ``pad_bytes``;
+- ``M_TOP_PAD = pad_bytes``: the heap grows in steps of ``pad_bytes`` more than asked.
+
+The next call then reuses the pages of the last.  ``M_TOP_PAD`` alone, the earlier setting,
+worked only when made before the program's first call: made after it (the latent ODE at 64
+lanes, once run), every call still faulted in 2 200 pages (9 MB) and took 5.5-6.3 ms, against
+0-4 pages and 2.8-2.9 ms with the three (`tests/test_allocator.py` checks this).  glibc stops
+adapting its threshold for mapping blocks once any is set.  Costs: the process keeps up to
+``pad_bytes`` of freed memory at the top of its heap, and memory freed below a block still
+in use stays with the process (fragmentation), instead of going back at once.
+`hint_if_large` tells the user, once, when a solve's record alone is past that 32 MiB.
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ import warnings
 
 import jax
 
-# glibc's <malloc.h>: the mallopt parameter for the heap's top padding.
+# glibc's <malloc.h>: mallopt parameters.
+_M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
+_M_MMAP_MAX = -4
 DEFAULT_PAD_BYTES = 256 * 2**20
 # From this size on, one buffer alone puts a program past glibc's largest reuse threshold
 # (32 MiB), so `hint_if_large` suggests `retain_freed_memory`.
@@ -52,10 +62,10 @@ def _glibc() -> bool:
 def retain_freed_memory(pad_bytes: int = DEFAULT_PAD_BYTES) -> bool:
     """Let the C allocator keep ``pad_bytes`` of freed heap memory for reuse (glibc only).
 
-    Call it once, early in a program that trains on batches (`jax.vmap` over solves) on
-    CPU; see the module docstring for why and what it costs.  Returns ``True`` if the
-    setting was applied, ``False`` where the C library has no such setting (not Linux
-    with glibc), in which case nothing changed.
+    Call it once in a program that trains on batches (`jax.vmap` over solves) on CPU,
+    before or after its first solve; see the module docstring for why and what it costs.
+    Returns ``True`` if the settings were applied, ``False`` where the C library has no
+    such settings (not Linux with glibc), in which case nothing changed.
     """
     if isinstance(pad_bytes, bool) or not isinstance(pad_bytes, int):
         raise TypeError(f"`pad_bytes` must be an int, got {type(pad_bytes).__name__}")
@@ -69,7 +79,8 @@ def retain_freed_memory(pad_bytes: int = DEFAULT_PAD_BYTES) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    applied = bool(mallopt(_M_TOP_PAD, pad_bytes))
+    settings = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, pad_bytes), (_M_TOP_PAD, pad_bytes))
+    applied = all([bool(mallopt(param, value)) for param, value in settings])
     _state["retained"] = _state["retained"] or applied
     return applied
 
@@ -82,7 +93,8 @@ def hint_if_large(nbytes: int, purpose: str) -> None:
     `retain_freed_memory` or ``MALLOC_TOP_PAD_``).
     """
     if (nbytes < LARGE_BUFFER_BYTES or _state["retained"] or _state["hinted"]
-            or "MALLOC_TOP_PAD_" in os.environ or not _glibc()
+            or "MALLOC_TOP_PAD_" in os.environ or "MALLOC_MMAP_MAX_" in os.environ
+            or not _glibc()
             or jax.default_backend() != "cpu"):
         return
     _state["hinted"] = True
