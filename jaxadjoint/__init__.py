@@ -26,6 +26,7 @@ from ._reference import replay_on_grid as replay_on_grid
 from ._results import RESULTS as RESULTS
 from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
+from ._small_loops import compile_small_loops as compile_small_loops
 from ._solution import EventLog as EventLog, Solution as Solution
 from .solvers._base import AbstractSolver as AbstractSolver
 from .solvers._esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno5 as Kvaerno5

@@ -38,7 +38,6 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jax import Array
 
 from .solvers._base import AbstractSolver, AbstractStiffFamily
@@ -46,6 +45,9 @@ from .solvers._linear_solver import (
     AbstractFactorisation,
     AbstractLinearSolver,
     FlatField,
+    lu_factor,
+    lu_solve,
+    lu_solve_columns,
     small_lu_solver,
 )
 
@@ -104,10 +106,10 @@ class BlockFactorisation(AbstractFactorisation):
         lu = self.lus[k] if block.diagonal == "jacobian" else self.lus[block.of]
         unrolled = small_lu_solver(lu) if small and not trans else None
         if block.diagonal == "jacobian":
-            return jsl.lu_solve(lu, rhs, trans=trans) if unrolled is None else unrolled(rhs)
+            return lu_solve(lu, rhs, trans=trans) if unrolled is None else unrolled(rhs)
         matrix = rhs.reshape(block.size // block.columns, block.columns)
         if unrolled is None:
-            return jsl.lu_solve(lu, matrix, trans=trans).reshape(-1)
+            return lu_solve_columns(lu, matrix, trans=trans).reshape(-1)
         return unrolled(matrix.T).T.reshape(-1)
 
     def solver(self) -> Callable[[Array], Array]:
@@ -178,7 +180,7 @@ class BlockTriangularSolver(AbstractLinearSolver):
                 lus.append(None)
                 continue
             eye = jnp.eye(block.size, dtype=y.dtype)
-            lus.append(jsl.lu_factor(eye - gamma_h * block_jac))
+            lus.append(lu_factor(eye - gamma_h * block_jac))
         arrays, static = eqx.partition(field, eqx.is_array)
         return BlockFactorisation(field_arrays=arrays, field_static=static, z=y,
                                   gamma_h=gamma_h, lus=tuple(lus), blocks=self.blocks)

@@ -31,3 +31,76 @@ def test_small_substitution_is_the_lu_solve(size: int) -> None:
     np.testing.assert_allclose(xt @ matrix, rhs, atol=1e-13)
     if size <= 2:  # the same arithmetic as the library's substitution
         assert np.array_equal(np.asarray(x), np.asarray(x_ref))
+
+
+# --- With small loops compiled into one kernel (`compile_small_loops`): no library calls ---
+
+from jaxadjoint.solvers import _linear_solver  # noqa: E402
+
+
+@pytest.fixture
+def unrolled(monkeypatch):
+    """The setting `compile_small_loops` makes, as `_linear_solver` reads it."""
+    monkeypatch.setattr(_linear_solver, "small_loops_compiled", lambda: True)
+
+
+def _pivoting_matrix(size: int, seed: int) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.normal(size=(size, size)) + 3 * np.eye(size)[::-1])
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, SMALL_SYSTEM_MAX_SIZE])
+def test_unrolled_lu_is_lapacks(unrolled, size: int) -> None:
+    """Same pivots as LAPACK's `getrf` (the first largest entry), factors to round-off;
+    solves with ``M`` and ``M^T`` (leading seed axes) against LAPACK's and the residual."""
+    for seed in range(4):
+        matrix = _pivoting_matrix(size, seed)
+        lu, pivots = _linear_solver.lu_factor(matrix)
+        lu_ref, pivots_ref = jsl.lu_factor(matrix)
+        assert np.array_equal(np.asarray(pivots), np.asarray(pivots_ref))
+        np.testing.assert_allclose(lu, lu_ref, rtol=1e-13, atol=1e-14)
+        b = jnp.asarray(np.random.default_rng(seed).normal(size=(3, size)))
+        x = jax.vmap(lambda v: _linear_solver.lu_solve((lu, pivots), v))(b)
+        xt = _linear_solver.lu_solve_transposed((lu, pivots), b)
+        xt_one = jax.vmap(lambda v: _linear_solver.lu_solve((lu, pivots), v, trans=1))(b)
+        np.testing.assert_allclose(x @ matrix.T, b, atol=1e-13)
+        np.testing.assert_allclose(xt @ matrix, b, atol=1e-13)
+        np.testing.assert_array_equal(xt, xt_one)
+        perm = _linear_solver._permutation(pivots, size, unrolled=True)
+        perm_ref = jax.lax.linalg.lu_pivots_to_permutation(pivots_ref, size)
+        assert np.array_equal(np.asarray(perm), np.asarray(perm_ref))
+
+
+def test_unrolled_lu_under_vmap_has_no_library_call_or_scatter(unrolled) -> None:
+    """What lets XLA compile a stiff solver's loop into one kernel: the batched factorisation,
+    permutation and transposed solves of a stage block (`_esdirk._DirectTransposed`) and a
+    vector-matrix product lower to fusible arithmetic only."""
+    matrices = jnp.stack([_pivoting_matrix(3, seed) for seed in range(4)])
+
+    def work(matrices, b):
+        lus = jax.vmap(_linear_solver.lu_factor)(matrices)
+        inverses = jax.vmap(_linear_solver.small_transposed_inverse)(lus)
+        x = jax.vmap(lambda lu, v: _linear_solver.lu_solve(lu, v, trans=1))(lus, b)
+        return inverses, x, _linear_solver.vector_times_matrix(b[0], matrices[0])
+
+    b = jnp.ones((4, 3))
+    text = jax.jit(work).lower(matrices, b).as_text()
+    for unwanted in ("custom_call", "scatter", "dot_general", "stablehlo.while"):
+        assert unwanted not in text, unwanted
+    inverses, x, product = work(matrices, b)
+    np.testing.assert_allclose(inverses, jnp.linalg.inv(matrices).transpose(0, 2, 1),
+                               rtol=1e-12)
+    transposed = matrices.transpose(0, 2, 1)
+    np.testing.assert_allclose(x, jnp.linalg.solve(transposed, b[..., None])[..., 0],
+                               rtol=1e-12)
+    np.testing.assert_allclose(product, b[0] @ matrices[0], rtol=1e-14)
+
+
+def test_without_the_setting_the_library_calls_stay(monkeypatch) -> None:
+    """The default: LAPACK's factorisation, bitwise what `jax.scipy.linalg` gives."""
+    monkeypatch.setattr(_linear_solver, "small_loops_compiled", lambda: False)
+    matrix = _pivoting_matrix(3, 0)
+    lu, pivots = _linear_solver.lu_factor(matrix)
+    lu_ref, pivots_ref = jsl.lu_factor(matrix)
+    assert np.array_equal(np.asarray(lu), np.asarray(lu_ref))
+    assert "custom_call" in jax.jit(_linear_solver.lu_factor).lower(matrix).as_text()

@@ -61,7 +61,6 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 from jax import Array
 
@@ -73,8 +72,11 @@ from ._linear_solver import (
     AbstractFactorisation,
     DenseLU,
     apply_small_transposed_inverse,
+    lu_factor,
+    lu_solve,
     lu_solve_transposed,
     small_transposed_inverse,
+    vector_times_matrix,
 )
 from ._newton import implicit_slope, solve_transposed_stage
 from ._rosenbrock import _NODE_VALUES, _stage_time
@@ -189,7 +191,7 @@ def esdirk_reverse_step(
     else:
         zs = [stages[i] for i in range(s)]
         jac_start = jax.jacfwd(lambda x: f(tau, x))(zs[0])
-        lu_start = (jsl.lu_factor(jnp.eye(size, dtype=zs[0].dtype) - hg * jac_start)
+        lu_start = (lu_factor(jnp.eye(size, dtype=zs[0].dtype) - hg * jac_start)
                     if iterative else None)
     if iterative:
         transposed = _IterativeTransposed(f, times, zs, hg, lu_start)
@@ -211,7 +213,7 @@ def esdirk_reverse_step(
             continue
         if i == 0:
             us[i] = kbar  # the explicit first stage: no solve
-            basebars[i] = kbar @ jac_start
+            basebars[i] = vector_times_matrix(kbar, jac_start)
         else:
             us[i], basebars[i] = transposed(i, kbar)
         lam_n = lam_n + basebars[i]
@@ -236,7 +238,7 @@ class _DirectTransposed:
         self.jacs = jax.vmap(lambda t_i, z: jax.jacfwd(lambda x: f(t_i, x))(z))(
             jnp.stack(times[1:]), jnp.stack(zs[1:]))
         eye = jnp.eye(zs[0].shape[0], dtype=zs[0].dtype)
-        self.lus = jax.vmap(jsl.lu_factor)(eye - hg * self.jacs)
+        self.lus = jax.vmap(lu_factor)(eye - hg * self.jacs)
         # None above the small-system size (`small_transposed_inverse` decides).
         self.inverses_t = jax.vmap(small_transposed_inverse)(self.lus)
 
@@ -245,7 +247,7 @@ class _DirectTransposed:
             u = lu_solve_transposed(jax.tree.map(lambda x: x[i - 1], self.lus), kbar)
         else:
             u = apply_small_transposed_inverse(self.inverses_t[i - 1], kbar)
-        return u, u @ self.jacs[i - 1]
+        return u, vector_times_matrix(u, self.jacs[i - 1])
 
 
 class _IterativeTransposed:
@@ -263,8 +265,8 @@ class _IterativeTransposed:
 
         def direct(kbar):
             jac = jax.jacfwd(lambda x: f(t_i, x))(z)
-            lu = jsl.lu_factor(jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac)
-            return jsl.lu_solve(lu, kbar, trans=1)
+            lu = lu_factor(jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac)
+            return lu_solve(lu, kbar, trans=1)
 
         u = solve_transposed_stage(lambda u: u - hg * vjp(u)[0], self.lu_start, kbar,
                                    direct)

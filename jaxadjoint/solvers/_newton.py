@@ -38,10 +38,9 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jax import Array
 
-from ._linear_solver import AbstractFactorisation
+from ._linear_solver import AbstractFactorisation, lu_factor, lu_solve
 
 
 def _rms(x: Array) -> Array:
@@ -129,7 +128,7 @@ def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_i
         rhs = eqx.filter_jvp(lambda g, x: g(x), (fn, z), (fn_dot, base_dot))[1]
     jac = jax.jacfwd(fn)(z)
     matrix = jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac
-    k_dot = jsl.lu_solve(jsl.lu_factor(matrix), rhs)
+    k_dot = lu_solve(lu_factor(matrix), rhs)
     return (k, converged, iterations), (k_dot, None, None)
 
 
@@ -167,7 +166,7 @@ def solve_transposed_stage(
 
     def body(state):
         it, u, d_prev, _, _ = state
-        delta = jsl.lu_solve(lu, kbar - apply_transpose(u), trans=1)
+        delta = lu_solve(lu, kbar - apply_transpose(u), trans=1)
         u_new = u + delta
         d = jnp.max(jnp.abs(delta))
         size = jnp.max(jnp.abs(u_new))
