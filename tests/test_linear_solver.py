@@ -49,7 +49,7 @@ def _pivoting_matrix(size: int, seed: int) -> jax.Array:
     return jnp.asarray(rng.normal(size=(size, size)) + 3 * np.eye(size)[::-1])
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 5, SMALL_SYSTEM_MAX_SIZE])
+@pytest.mark.parametrize("size", [1, 3, SMALL_SYSTEM_MAX_SIZE])
 def test_unrolled_lu_is_lapacks(unrolled, size: int) -> None:
     """Same pivots as LAPACK's `getrf` (the first largest entry), factors to round-off;
     solves with ``M`` and ``M^T`` (leading seed axes) against LAPACK's and the residual."""
