@@ -13,6 +13,8 @@ Workloads (forward solve and gradient, jaxadjoint and diffrax):
   respect to the four rates (float64);
 - `robertson`: Robertson's kinetics to t = 40 at rtol 1e-8 (atol 1e-12), gradient with
   respect to the three rates (float64): ours with Rodas5 and Kvaerno5, diffrax's Kvaerno5;
+- `van-der-pol`: mu = 1000 on [0, 2] (one relaxation jump) at rtol = atol = 1e-8, gradient
+  with respect to mu, the same solvers;
 - `neural_ode` B = 1 and 32, `glv` B = 1 and 8, `heat` B = 8: the time-series workloads of
   `bench_timeseries.py` (`value_and_grad` of the batch loss through `equinox.filter_jit`).
 
@@ -34,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ("lotka-volterra", "robertson", "neural_ode-1", "neural_ode-32", "glv-1", "glv-8",
-             "heat-8")
+WORKLOADS = ("lotka-volterra", "robertson", "van-der-pol", "neural_ode-1", "neural_ode-32",
+             "glv-1", "glv-8", "heat-8")
 MODES = ("default", "small-loops")
 
 
@@ -53,6 +55,7 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
     from _common import time_interleaved
     from bench_timeseries import PROBLEMS, operation, precision
 
+    from jaxadjoint.problems import van_der_pol_problem
     from jaxadjoint.problems.robertson import robertson_rhs
 
     def single(rhs: Callable, y0: Any, args: Any, t1: float, rtol: float, atol: float,
@@ -92,6 +95,13 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
             with precision("float64"):
                 calls = single(robertson_rhs, jnp.array([1.0, 0.0, 0.0]),
                                jnp.array([0.04, 1e4, 3e7]), 40.0, 1e-8, 1e-12,
+                               {"Rodas5": ja.Rodas5(), "Kvaerno5": ja.Kvaerno5()},
+                               diffrax.Kvaerno5())
+                timings = _time(calls, budget, time_interleaved)
+        elif workload == "van-der-pol":
+            with precision("float64"):
+                vdp = van_der_pol_problem(1e3, 2.0)
+                calls = single(vdp.rhs, vdp.y0, vdp.args, vdp.t1, 1e-8, 1e-8,
                                {"Rodas5": ja.Rodas5(), "Kvaerno5": ja.Kvaerno5()},
                                diffrax.Kvaerno5())
                 timings = _time(calls, budget, time_interleaved)

@@ -161,8 +161,14 @@ def test_time_does_not_follow_max_steps():
     b, y0 = jnp.zeros(n), jnp.ones(n)
     small, big = (jax.jit(jax.grad(_loss(STRATEGIES["StoreStates"], m), argnums=(0, 1)))
                   for m in (64, 30_000))
-    t_small = _median_seconds(small, y0, (a, b))
-    t_big = _median_seconds(big, y0, (a, b))
+    # Up to three tries: on the CI machine the suite's background jobs (notebooks, the
+    # tour) compete for the two cores, and one median there once read 7.3 ms against
+    # 0.48.  Zero-filling 60 MB would fail every try.
+    for _ in range(3):
+        t_small = _median_seconds(small, y0, (a, b))
+        t_big = _median_seconds(big, y0, (a, b))
+        if t_big < 3 * t_small + 2e-3:
+            break
     assert t_big < 3 * t_small + 2e-3, (t_small, t_big)
 
 
