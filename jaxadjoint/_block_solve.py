@@ -41,15 +41,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from .solvers._base import AbstractSolver, AbstractStiffFamily
-from .solvers._linear_solver import (
-    AbstractFactorisation,
-    AbstractLinearSolver,
-    FlatField,
-    lu_factor,
-    lu_solve,
-    lu_solve_columns,
-    small_lu_solver,
-)
+from .solvers._dense_lu import lu_factor, lu_solve, lu_solve_columns, small_lu_solver
+from .solvers._linear_solver import AbstractFactorisation, AbstractLinearSolver, FlatField
 
 
 class Block(eqx.Module):

@@ -27,7 +27,7 @@ sets it by itself.
 
 With the setting made, the stiff solvers factorise systems of up to
 ``SMALL_SYSTEM_MAX_SIZE`` unknowns in unrolled JAX arithmetic instead of calling LAPACK
-(`solvers._linear_solver.lu_factor`), so that their loops qualify too: the same pivots,
+(`solvers._dense_lu.lu_factor`), so that their loops qualify too: the same pivots,
 factors equal to round-off.  Without it the library call is faster, and stays.
 """
 

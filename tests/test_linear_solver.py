@@ -1,4 +1,4 @@
-"""Solves with a dense LU (`solvers._linear_solver`): the unrolled substitution that tiny
+"""Solves with a dense LU (`solvers._dense_lu`): the unrolled substitution that tiny
 systems use (`DenseLU.solver`, `transposed_solver`) against LAPACK's `lu_solve` and
 against the residual, with pivoting and leading (seed) axes; larger systems keep the
 library solve."""
@@ -11,7 +11,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
-from jaxadjoint.solvers._linear_solver import SMALL_SYSTEM_MAX_SIZE, DenseLU
+from jaxadjoint.solvers._dense_lu import SMALL_SYSTEM_MAX_SIZE
+from jaxadjoint.solvers._linear_solver import DenseLU
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, SMALL_SYSTEM_MAX_SIZE, SMALL_SYSTEM_MAX_SIZE + 1])
@@ -35,13 +36,13 @@ def test_small_substitution_is_the_lu_solve(size: int) -> None:
 
 # --- With small loops compiled into one kernel (`compile_small_loops`): no library calls ---
 
-from jaxadjoint.solvers import _linear_solver  # noqa: E402
+from jaxadjoint.solvers import _dense_lu  # noqa: E402
 
 
 @pytest.fixture
 def unrolled(monkeypatch):
-    """The setting `compile_small_loops` makes, as `_linear_solver` reads it."""
-    monkeypatch.setattr(_linear_solver, "small_loops_compiled", lambda: True)
+    """The setting `compile_small_loops` makes, as `_dense_lu` reads it."""
+    monkeypatch.setattr(_dense_lu, "small_loops_compiled", lambda: True)
 
 
 def _pivoting_matrix(size: int, seed: int) -> jax.Array:
@@ -55,18 +56,18 @@ def test_unrolled_lu_is_lapacks(unrolled, size: int) -> None:
     solves with ``M`` and ``M^T`` (leading seed axes) against LAPACK's and the residual."""
     for seed in range(4):
         matrix = _pivoting_matrix(size, seed)
-        lu, pivots = _linear_solver.lu_factor(matrix)
+        lu, pivots = _dense_lu.lu_factor(matrix)
         lu_ref, pivots_ref = jsl.lu_factor(matrix)
         assert np.array_equal(np.asarray(pivots), np.asarray(pivots_ref))
         np.testing.assert_allclose(lu, lu_ref, rtol=1e-13, atol=1e-14)
         b = jnp.asarray(np.random.default_rng(seed).normal(size=(3, size)))
-        x = jax.vmap(lambda v: _linear_solver.lu_solve((lu, pivots), v))(b)
-        xt = _linear_solver.lu_solve_transposed((lu, pivots), b)
-        xt_one = jax.vmap(lambda v: _linear_solver.lu_solve((lu, pivots), v, trans=1))(b)
+        x = jax.vmap(lambda v: _dense_lu.lu_solve((lu, pivots), v))(b)
+        xt = _dense_lu.lu_solve_transposed((lu, pivots), b)
+        xt_one = jax.vmap(lambda v: _dense_lu.lu_solve((lu, pivots), v, trans=1))(b)
         np.testing.assert_allclose(x @ matrix.T, b, atol=1e-13)
         np.testing.assert_allclose(xt @ matrix, b, atol=1e-13)
         np.testing.assert_array_equal(xt, xt_one)
-        perm = _linear_solver._permutation(pivots, size, unrolled=True)
+        perm = _dense_lu._permutation(pivots, size, unrolled=True)
         perm_ref = jax.lax.linalg.lu_pivots_to_permutation(pivots_ref, size)
         assert np.array_equal(np.asarray(perm), np.asarray(perm_ref))
 
@@ -78,10 +79,10 @@ def test_unrolled_lu_under_vmap_has_no_library_call_or_scatter(unrolled) -> None
     matrices = jnp.stack([_pivoting_matrix(3, seed) for seed in range(4)])
 
     def work(matrices, b):
-        lus = jax.vmap(_linear_solver.lu_factor)(matrices)
-        inverses = jax.vmap(_linear_solver.small_transposed_inverse)(lus)
-        x = jax.vmap(lambda lu, v: _linear_solver.lu_solve(lu, v, trans=1))(lus, b)
-        return inverses, x, _linear_solver.vector_times_matrix(b[0], matrices[0])
+        lus = jax.vmap(_dense_lu.lu_factor)(matrices)
+        inverses = jax.vmap(_dense_lu.small_transposed_inverse)(lus)
+        x = jax.vmap(lambda lu, v: _dense_lu.lu_solve(lu, v, trans=1))(lus, b)
+        return inverses, x, _dense_lu.vector_times_matrix(b[0], matrices[0])
 
     b = jnp.ones((4, 3))
     text = jax.jit(work).lower(matrices, b).as_text()
@@ -98,9 +99,9 @@ def test_unrolled_lu_under_vmap_has_no_library_call_or_scatter(unrolled) -> None
 
 def test_without_the_setting_the_library_calls_stay(monkeypatch) -> None:
     """The default: LAPACK's factorisation, bitwise what `jax.scipy.linalg` gives."""
-    monkeypatch.setattr(_linear_solver, "small_loops_compiled", lambda: False)
+    monkeypatch.setattr(_dense_lu, "small_loops_compiled", lambda: False)
     matrix = _pivoting_matrix(3, 0)
-    lu, pivots = _linear_solver.lu_factor(matrix)
+    lu, pivots = _dense_lu.lu_factor(matrix)
     lu_ref, pivots_ref = jsl.lu_factor(matrix)
     assert np.array_equal(np.asarray(lu), np.asarray(lu_ref))
-    assert "custom_call" in jax.jit(_linear_solver.lu_factor).lower(matrix).as_text()
+    assert "custom_call" in jax.jit(_dense_lu.lu_factor).lower(matrix).as_text()

@@ -35,7 +35,7 @@ from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivi
 
 import jaxadjoint as ja
 from jaxadjoint._block_solve import Block, BlockTriangularSolver
-from jaxadjoint.solvers import _linear_solver
+from jaxadjoint.solvers import _dense_lu
 
 SAVES = ja.SaveAt(ts=jnp.asarray(ROBERTSON_TS), land_on_ts=True)
 LOG_RATES = jnp.log(ROBERTSON.args)
@@ -153,7 +153,7 @@ def test_block_solve_is_the_dense_solve(layout):
 def test_one_small_lu_per_step(solver, monkeypatch):
     """Only LUs of the user's 3 x 3 ``I - gamma h J``: one in the forward loop's step.
     (LAPACK's, as by default: with `compile_small_loops` they are unrolled arithmetic.)"""
-    monkeypatch.setattr(_linear_solver, "small_loops_compiled", lambda: False)
+    monkeypatch.setattr(_dense_lu, "small_loops_compiled", lambda: False)
     jaxpr = jax.make_jaxpr(
         lambda x: jax.jacfwd(lambda x: _solve(x, 1e-6, solver, ja.ForwardSensitivity()).ys)(x)
     )(LOG_RATES)

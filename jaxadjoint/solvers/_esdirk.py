@@ -66,11 +66,7 @@ from jax import Array
 
 from . import _esdirk_tableaus as etab
 from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
-from ._esdirk_tableaus import ESDIRKTableau
-from ._explicit import linear_combination
-from ._linear_solver import (
-    AbstractFactorisation,
-    DenseLU,
+from ._dense_lu import (
     apply_small_transposed_inverse,
     lu_factor,
     lu_solve,
@@ -78,6 +74,9 @@ from ._linear_solver import (
     small_transposed_inverse,
     vector_times_matrix,
 )
+from ._esdirk_tableaus import ESDIRKTableau
+from ._explicit import linear_combination
+from ._linear_solver import AbstractFactorisation, DenseLU
 from ._newton import implicit_slope, solve_transposed_stage
 from ._rosenbrock import _NODE_VALUES, _stage_time
 

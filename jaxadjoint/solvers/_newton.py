@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._linear_solver import AbstractFactorisation, lu_factor, lu_solve
+from ._dense_lu import lu_factor, lu_solve
+from ._linear_solver import AbstractFactorisation
 
 
 def _rms(x: Array) -> Array:
