@@ -16,10 +16,15 @@ Workloads (forward solve and gradient, jaxadjoint and diffrax):
 - `van-der-pol`: mu = 1000 on [0, 2] (one relaxation jump) at rtol = atol = 1e-8, gradient
   with respect to mu, the same solvers, `max_steps` 16 384 for both (diffrax needs ~4 000);
 - `neural_ode` B = 1 and 32, `glv` B = 1 and 8, `heat` B = 8: the time-series workloads of
-  `bench_timeseries.py` (`value_and_grad` of the batch loss through `equinox.filter_jit`).
+  `bench_timeseries.py` (`value_and_grad` of the batch loss through `equinox.filter_jit`);
+- `stiff-sweep` (only when named): ours alone, Rodas5 and Kvaerno5 on Robertson and Van der
+  Pol at rtol 1e-5 ... 1e-11 (a traced argument: one compilation per solver), `max_steps`
+  16 384, for the gradient's cost in forward solves.
 
     python benchmarks/bench_small_loops.py            # ~6 min; writes results/small-loops.json
     python benchmarks/bench_small_loops.py --rounds 1 --workloads robertson lotka-volterra
+    python benchmarks/bench_small_loops.py --workloads stiff-sweep \
+        --output benchmarks/results/small-loops-stiff-sweep.json
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("lotka-volterra", "robertson", "van-der-pol", "neural_ode-1", "neural_ode-32",
-             "glv-1", "glv-8", "heat-8")
+             "glv-1", "glv-8", "heat-8", "stiff-sweep")
+# Not run by default: `--workloads stiff-sweep`.
+DEFAULT_WORKLOADS = WORKLOADS[:-1]
+SWEEP_RTOLS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11)
 MODES = ("default", "small-loops")
 
 
@@ -55,7 +63,7 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
     from _common import time_interleaved
     from bench_timeseries import PROBLEMS, operation, precision
 
-    from jaxadjoint.problems import van_der_pol_problem
+    from jaxadjoint.problems import robertson_problem, van_der_pol_problem
     from jaxadjoint.problems.robertson import robertson_rhs
 
     def single(rhs: Callable, y0: Any, args: Any, t1: float, rtol: float, atol: float,
@@ -98,6 +106,25 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
                                {"Rodas5": ja.Rodas5(), "Kvaerno5": ja.Kvaerno5()},
                                diffrax.Kvaerno5())
                 timings = _time(calls, budget, time_interleaved)
+        elif workload == "stiff-sweep":
+            with precision("float64"):
+                timings = {}
+                for prob, atol_factor in ((robertson_problem(40.0), 1e-4),
+                                          (van_der_pol_problem(1e3, 2.0), 1.0)):
+                    for name in ("Rodas5", "Kvaerno5"):
+                        def loss(a, rtol, prob=prob, solver=getattr(ja, name)(),
+                                 atol_factor=atol_factor):
+                            return jnp.sum(ja.solve(
+                                prob.rhs, prob.y0, 0.0, prob.t1, a, solver=solver, rtol=rtol,
+                                atol=atol_factor * rtol, max_steps=16384).ys ** 2)
+                        forward, gradient = jax.jit(loss), jax.jit(jax.grad(loss))
+                        for rtol in SWEEP_RTOLS:
+                            r = jnp.asarray(rtol)
+                            label = f"jaxadjoint {name} {prob.name} rtol={rtol:g}"
+                            timings.update(_time(
+                                {(label, "forward"): lambda r=r, f=forward, p=prob: f(p.args, r),
+                                 (label, "gradient"): lambda r=r, g=gradient, p=prob: g(p.args, r)},
+                                budget / 7, time_interleaved))
         elif workload == "van-der-pol":
             with precision("float64"):
                 vdp = van_der_pol_problem(1e3, 2.0)
@@ -171,7 +198,8 @@ def print_table(rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS,
+                        default=list(DEFAULT_WORKLOADS))
     parser.add_argument("--rounds", type=int, default=2,
                         help="processes per setting, alternating")
     parser.add_argument("--budget", type=float, default=2.0,
