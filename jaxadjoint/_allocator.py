@@ -90,7 +90,7 @@ def hint_if_large(nbytes: int, purpose: str) -> None:
 
     Called at trace time for each record buffer (``purpose`` names it).  Silent below
     `LARGE_BUFFER_BYTES`, off CPU, off glibc, and once the setting was made (by
-    `retain_freed_memory` or ``MALLOC_TOP_PAD_``).
+    `retain_freed_memory`, ``MALLOC_TOP_PAD_`` or ``MALLOC_MMAP_MAX_``).
     """
     if (nbytes < LARGE_BUFFER_BYTES or _state["retained"] or _state["hinted"]
             or "MALLOC_TOP_PAD_" in os.environ or "MALLOC_MMAP_MAX_" in os.environ

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_dense_output import THETA, Y0, lotka_volterra
 
 import jaxadjoint as ja
 from jaxadjoint import _small_loops
@@ -54,15 +55,9 @@ def test_merged_with_other_flags_and_an_existing_threshold_kept(monkeypatch):
     assert not _small_loops.small_loops_compiled()  # XLA's default: nothing larger
 
 
-def _lotka_volterra(t, y, args):
-    a, b, c, d = args
-    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
-
-
-LV_ARGS = jnp.array([1.5, 1.0, 3.0, 1.0])
 RATES = jnp.array([0.04, 1e4, 3e7])
 _CASES = {
-    "Dopri5": (_lotka_volterra, jnp.array([1.0, 1.0]), LV_ARGS, 10.0, 1e-6, 1e-6),
+    "Dopri5": (lotka_volterra, Y0, THETA, 10.0, 1e-6, 1e-6),
     "Rodas5": (robertson_rhs, jnp.array([1.0, 0.0, 0.0]), RATES, 40.0, 1e-6, 1e-10),
     "Kvaerno5": (robertson_rhs, jnp.array([1.0, 0.0, 0.0]), RATES, 40.0, 1e-6, 1e-10),
 }

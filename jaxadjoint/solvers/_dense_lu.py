@@ -114,7 +114,6 @@ def lu_factor(matrix: Array) -> tuple[Array, Array]:
     if not _unrolled(matrix):
         return jsl.lu_factor(matrix)
     rows = jnp.arange(n, dtype=jnp.int32)
-    below_pivot_rows = [rows > k for k in range(n)]
     a = matrix
     pivots = []
     for k in range(n):
@@ -124,9 +123,9 @@ def lu_factor(matrix: Array) -> tuple[Array, Array]:
         a = jnp.where((rows == k)[:, None], row_p[None, :],
                       jnp.where((rows == p)[:, None], row_k[None, :], a))
         pivots.append(p)
-        below = below_pivot_rows[k]
+        below = rows > k  # the rows below the pivot, and the columns right of it
         multipliers = a[:, k] / a[k, k]
-        update = below[:, None] & (rows > k)[None, :]
+        update = below[:, None] & below[None, :]
         a = jnp.where(update, a - multipliers[:, None] * a[k][None, :], a)
         a = jnp.where(below[:, None] & (rows == k)[None, :], multipliers[:, None], a)
     return a, jnp.stack(pivots)
@@ -134,20 +133,19 @@ def lu_factor(matrix: Array) -> tuple[Array, Array]:
 
 def lu_solve(lu: tuple[Array, Array], b: Array, trans: int = 0) -> Array:
     """`jax.scipy.linalg.lu_solve` (``trans=1``: with ``M^T``) for one right-hand side
-    ``b (N,)``; unrolled substitution (`_substitute`) where `_unrolled`, as `lu_factor`."""
+    ``b (N,)``; unrolled substitution (`_substitute`) where `_unrolled`, as `lu_factor`,
+    and then ``b`` may carry leading axes."""
     factors, pivots = lu
-    size = factors.shape[-1]
     if not _unrolled(factors):
         return jsl.lu_solve(lu, b, trans=trans)
-    perm = _permutation(pivots, size, unrolled=True)
+    perm = _permutation(pivots, factors.shape[-1], unrolled=True)
     return (_substitute_transposed if trans else _substitute)(factors, perm, b)
 
 
 def lu_solve_columns(lu: tuple[Array, Array], columns: Array, trans: int = 0) -> Array:
     """`jax.scipy.linalg.lu_solve` for the columns of ``columns (N, K)``; unrolled where
     `_unrolled`, as `lu_solve`."""
-    factors, pivots = lu
-    if not _unrolled(factors):
+    if not _unrolled(lu[0]):
         return jsl.lu_solve(lu, columns, trans=trans)
     return lu_solve(lu, columns.T, trans=trans).T
 
@@ -180,8 +178,6 @@ def apply_small_transposed_inverse(inverse_t: Array, b: Array) -> Array:
 def lu_solve_transposed(lu: tuple[Array, Array], b: Array) -> Array:
     """``M^{-T} b`` from the LU of `jax.scipy.linalg.lu_factor`; ``b`` may carry leading
     (seed) axes."""
-    factors, pivots = lu
-    if _unrolled(factors):
-        perm = _permutation(pivots, factors.shape[-1], unrolled=True)
-        return _substitute_transposed(factors, perm, b)
+    if _unrolled(lu[0]):
+        return lu_solve(lu, b, trans=1)
     return jnp.vectorize(lambda w: jsl.lu_solve(lu, w, trans=1), signature="(n)->(n)")(b)
