@@ -89,6 +89,12 @@ for name in ("Dopri5", "Rodas5", "Kvaerno5"):
     out[name] = dict(gradient=[float(x) for x in gradient(args)],
                      single_kernels=text.count('xla_cpu_small_call="true"'),
                      lapack="lapack" in text)
+# The unrolled arithmetic against the replays, with the suite's own checks (they assert).
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+import test_esdirk, test_rosenbrock
+test_rosenbrock.test_gradient_is_the_replays("vdp-mu1e3")  # Rodas5
+test_esdirk.test_gradient_is_the_converged_replays("robertson")
+out["replays"] = "checked"
 print(json.dumps(out))
 """
 
@@ -98,13 +104,16 @@ def test_small_solves_compile_into_single_kernels_with_the_same_gradients():
     sweep of an explicit, a Rosenbrock and an ESDIRK solve of a tiny system are compiled as
     single kernels, with no LAPACK call left (the stiff solvers factorise in unrolled
     arithmetic); the gradients match this process's, computed with the library calls, to
-    round-off."""
+    round-off.  There too, a Rodas5 (Van der Pol) and a Kvaerno5 (Robertson) gradient of the
+    stiff tests are checked against `jax.grad` of their replays on the recorded grid, with
+    those tests' own bounds (1e-12; Kvaerno5 with tight Newton, 1e-11)."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, here],
                          capture_output=True, text=True, timeout=600,
                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads(out.stdout.splitlines()[-1])
+    assert results.pop("replays") == "checked"
     for name, result in results.items():
         gradient, args = _gradient(name)
         assert result["single_kernels"] >= 2, name  # forward loop and reverse sweep
