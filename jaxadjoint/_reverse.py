@@ -57,7 +57,9 @@ from ._save_cotangents import (
     row_at,
     row_slopes_cotangent,
     save_slopes_cotangent,
+    save_state_cotangent,
 )
+from ._sequential import in_sequence
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
 
@@ -480,9 +482,20 @@ def reverse_sweep(
         return carry[0] >= n_lo
 
     def body(carry):
-        n, ((y, stages), tau, t_next), lam, pbar, j, rows, health = carry
-        lam_in = lam
+        n, step_data, lam, pbar, j, rows, health = carry
+        # The saves' rows are buffers of every save: read here, outside the step's branch.
         kbar_saves = save_slopes_cotangent(saves, j, n, system.stage_plan.carried_end)
+        ybar_saves, j = save_state_cotangent(saves, j, n)
+        lam, pbar, rows, health = in_sequence(
+            n >= n_lo, reverse_one, lambda shape, n, data, kbar, *state: state,
+            n, step_data, kbar_saves, lam, pbar, rows, health,
+        )
+        return n - 1, read_step(n - 1), lam + ybar_saves, pbar, j, rows, health
+
+    def reverse_one(n, step_data, kbar_saves, lam, pbar, rows, health):
+        """Step ``n``'s reverse step: its arithmetic, apart from the record's reads."""
+        (y, stages), tau, t_next = step_data
+        lam_in = lam
         if rows is None:
             lam, pbar = system.solver.reverse_step(
                 system, tau, t_next, y, stages, lam, mu, params, direction, pbar, kbar_saves
@@ -498,8 +511,7 @@ def reverse_sweep(
                 pbar, rows, slot,
             )
         health = observe(health, n, tau, lam_in, lam, kbar_saves)
-        lam, j = add_save_state(lam, saves, j, n)
-        return n - 1, read_step(n - 1), lam, pbar, j, rows, health
+        return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)
     _, _, lam, pbar, j, rows, health = jax.lax.while_loop(cond, body, init)

@@ -222,13 +222,19 @@ def row_at(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:
     return (j >= 0) & (saves.step[row] == n), row
 
 
+def save_state_cotangent(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:
+    """``(ybar, j)``: the cotangent of ``y_n`` from row ``j`` (zero if the row is not step
+    ``n``'s), and the latest row not yet added once it is."""
+    hit, row = row_at(saves, j, n)
+    return jnp.where(hit, row_state_cotangent(saves, row, needed=hit), 0), j - hit.astype(j.dtype)
+
+
 def add_save_state(
     lam: Array, saves: SaveCotangents, j: Array, n: Array
 ) -> tuple[Array, Array]:
     """Add the cotangent of ``y_n`` from row ``j`` if it belongs to step ``n``; ``(lam, j)``."""
-    hit, row = row_at(saves, j, n)
-    return (lam + jnp.where(hit, row_state_cotangent(saves, row, needed=hit), 0),
-            j - hit.astype(j.dtype))
+    ybar, j = save_state_cotangent(saves, j, n)
+    return lam + ybar, j
 
 
 def save_slopes_cotangent(

@@ -169,12 +169,15 @@ def _is_transposed_product(eqn, size: int) -> bool:
 
 
 @pytest.mark.parametrize("size", [4, 36])
-def test_stage_vjps_run_in_their_own_branch_for_large_states(size):
+def test_stage_vjps_run_in_their_own_branch_for_large_states(size, monkeypatch):
     """From `ISOLATED_VJP_MIN_SIZE` state components on, each live stage's VJP in the
     reverse sweep is a `cond` of its own (so XLA materialises its cotangents instead of
     re-summing them in every consumer); below, it is inline (a branch costs more than a
-    tiny state's recomputation)."""
+    tiny state's recomputation).  (The whole reverse step of a small system is in a branch
+    of its own, `_sequential`: not counted here.)"""
     from jaxadjoint._reverse import ISOLATED_VJP_MIN_SIZE
+
+    monkeypatch.setenv("JAXADJOINT_SEQUENTIAL", "0")
 
     matrix = -jnp.eye(size) + 0.01
 

@@ -1,0 +1,124 @@
+"""Small loop bodies run as a plain sequence of kernels on XLA's CPU runtime.
+
+XLA on CPU executes a compiled computation (the entry, a loop body, a branch) as a
+sequence of "thunks": fused kernels, copies, library calls.  Its `ThunkExecutor` runs
+such a sequence in one of two ways:
+
+- **in order**, one thunk after another, when every buffer any thunk uses is at most
+  512 bytes, or the sequence has at most 8 thunks, or its dependencies form a chain;
+- otherwise **as a task graph**: it counts each thunk's unfinished inputs with atomics
+  and hands ready thunks to its thread pool.
+
+Both constants are fixed in XLA (`ThunkExecutor::Options`, jaxlib 0.10.x), not flags.
+For kernels of a few flops the graph costs more than the work.  A reverse sweep's loop
+body never qualified, however small the system, because it reads the record of the
+forward pass (``max_steps`` slots, kilobytes).
+
+`in_sequence` moves the arithmetic of such a body into a `jax.lax.cond` branch: a branch
+is a computation of its own, with its own executor, and when everything it touches is
+small that executor runs in order.  The record's reads stay outside.  Lotka–Volterra's
+gradient (N = 2) takes 0.6–0.8x the time, Robertson's and Van der Pol's 0.8–0.93x
+(benchmarks/README.md, "Reverse steps in order").  What makes it work:
+
+- XLA's conditional simplifier turns a `cond` whose branches are only elementwise
+  arithmetic into a `select` of both (small steps are exactly that), so the branch
+  starts with a `jax.lax.optimization_barrier`, which it does not count as cheap;
+- the predicate is the loop's own condition: true whenever the body runs, but not known
+  to the compiler;
+- the branch not taken passes the loop's carry through, so that XLA updates the carry's
+  buffers in place (a branch of zeros cost a copy of every output, and the gain).
+
+Where anything would not fit (a neural network's weights, a 10-species interaction
+matrix, the stage stack of a larger state), under `jax.vmap` (larger buffers, and a
+batched predicate would make the `cond` a select of both branches), or with
+``JAXADJOINT_SEQUENTIAL=0``, the arithmetic stays inline.  The branch holds the same
+operations, but XLA fuses it on its own, so results agree with the inline ones to
+rounding, not bitwise.  That is why the forward loop does not use it: a solve's steps
+must not depend, even in the last bits, on whether it records them or has save times.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex_core
+
+# XLA's `ThunkExecutor::Options::execute_sequential_buffer_threshold`.
+SEQUENTIAL_BUFFER_BYTES = 512
+
+
+def _enabled() -> bool:
+    return os.environ.get("JAXADJOINT_SEQUENTIAL", "1") != "0"
+
+
+def _nbytes(aval: Any) -> int:
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _largest_value(jaxpr: Any) -> int:
+    """The size in bytes of the largest value ``jaxpr`` (and any jaxpr inside it) holds."""
+    largest = max((_nbytes(v.aval) for v in (*jaxpr.invars, *jaxpr.constvars)), default=0)
+    for eqn in jaxpr.eqns:
+        largest = max(largest, *(_nbytes(v.aval) for v in eqn.outvars))
+        for inner in jex_core.jaxprs_in_params(eqn.params):
+            largest = max(largest, _largest_value(inner))
+    return largest
+
+
+def in_sequence(
+    running: Any, compute: Callable[..., Any], idle: Callable[..., Any], *operands: Any
+) -> Any:
+    """``compute(*operands)``, in a branch of its own that XLA runs in order when small.
+
+    ``running`` is the enclosing loop's condition: true whenever this runs, but unknown
+    to the compiler.  The other branch, never taken, is ``idle(shape, *operands)``
+    (``shape``: ``compute``'s output, as `jax.ShapeDtypeStruct` leaves): it should pass
+    the loop's carry through, as an idle iteration would, so that XLA can update the
+    carry's buffers in place (a branch of zeros cost a copy of every output).  Where anything
+    ``compute`` holds is larger than `SEQUENTIAL_BUFFER_BYTES` (checked on its jaxpr),
+    or with ``JAXADJOINT_SEQUENTIAL=0``, this is ``compute(*operands)``, inline; and so
+    it is under `jax.vmap` (`jax.custom_batching.custom_vmap`): a batch's buffers are
+    larger, and a batched predicate would turn the branch into a select of both.
+    ``compute`` is traced once, here; the branch evaluates that trace.
+    """
+    flat, in_tree = jax.tree.flatten(operands)
+    if not _enabled() or any(_nbytes(x) > SEQUENTIAL_BUFFER_BYTES for x in flat):
+        return compute(*operands)  # without tracing it twice: large problems stop here
+    closed, out_shape = jax.make_jaxpr(compute, return_shape=True)(*operands)
+    jaxpr, consts = closed.jaxpr, list(closed.consts)
+    out_tree = jax.tree.structure(out_shape)
+
+    def evaluate(consts: list, flat: list) -> list:
+        return jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(jaxpr, consts))(*flat)
+
+    largest = max([_largest_value(jaxpr), *(_nbytes(c) for c in consts)])
+    if largest > SEQUENTIAL_BUFFER_BYTES:
+        return jax.tree.unflatten(out_tree, evaluate(consts, flat))
+
+    @jax.custom_batching.custom_vmap
+    def branch(running: Any, consts: list, flat: list) -> list:
+        return jax.lax.cond(
+            running,
+            lambda consts, flat: evaluate(consts, jax.lax.optimization_barrier(flat)),
+            lambda consts, flat: jax.tree.leaves(
+                idle(out_shape, *jax.tree.unflatten(in_tree, flat))),
+            consts, flat,
+        )
+
+    @branch.def_vmap
+    def inline(axis_size: int, in_batched: list, running: Any, consts: list,
+               flat: list) -> tuple[list, list]:
+        del running  # every lane computes, as without the branch
+        axes = [[0 if b else None for b in batched] for batched in in_batched[1:]]
+        out = jax.vmap(evaluate, in_axes=axes, axis_size=axis_size)(consts, flat)
+        return out, [True] * len(out)
+
+    return jax.tree.unflatten(out_tree, branch(running, consts, flat))

@@ -1,0 +1,167 @@
+"""Small systems' reverse steps in a branch of their own (`_sequential`).
+
+The branch must be there for small systems and only for them, must leave the gradient as
+it was up to rounding, must vanish under `jax.vmap`, and must make XLA's CPU runtime run
+its kernels in order (what it is for).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxadjoint as ja
+from jaxadjoint.problems.robertson import robertson_rhs
+
+jax.config.update("jax_enable_x64", True)
+
+TS = jnp.linspace(0.0, 5.0, 12)
+
+
+def lotka_volterra(t, y, args):
+    a, b, c, d = args
+    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
+
+
+def glv(t, y, args):
+    r, A = args
+    return y * (r + A @ y)
+
+
+LV = (lotka_volterra, jnp.array([1.0, 1.0]), jnp.array([1.5, 1.0, 3.0, 1.0]), 5.0)
+ROBERTSON = (robertson_rhs, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.04, 1e4, 3e7]), 40.0)
+
+
+def loss_of(problem, solver=None, saveat=None, rtol=1e-6, atol=1e-8):
+    rhs, y0, _, t1 = problem
+
+    def loss(args, y0=y0):
+        sol = ja.solve(rhs, y0, 0.0, t1, args, solver=solver or ja.Dopri5(), saveat=saveat,
+                       rtol=rtol, atol=atol, max_steps=512)
+        return jnp.sum(sol.ys ** 2)
+
+    return loss
+
+
+def in_mode(monkeypatch, sequential: bool, fn, *args):
+    """``fn(*args)`` traced with or without the branch (the setting is read at trace time;
+    `ja.solve` is jitted inside, so the caches are cleared around it)."""
+    monkeypatch.setenv("JAXADJOINT_SEQUENTIAL", "1" if sequential else "0")
+    jax.clear_caches()
+    try:
+        return fn(*args)
+    finally:
+        jax.clear_caches()
+
+
+def _sequential_branches(jaxpr) -> int:
+    """The `cond`s whose taken branch starts with an optimization barrier (`in_sequence`)."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            first = eqn.params["branches"][1].jaxpr.eqns
+            count += bool(first) and first[0].primitive.name == "optimization_barrier"
+        for inner in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += _sequential_branches(inner)
+    return count
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_the_branch_is_there_for_small_systems_only(monkeypatch, sequential):
+    """Lotka-Volterra's gradient, with and without saves: one branch, in the reverse
+    sweep; none with ``JAXADJOINT_SEQUENTIAL=0``, none in a forward solve, none for a
+    10-species GLV (its interaction matrix, 800 bytes, is over XLA's 512)."""
+    count = lambda fn, *a: _sequential_branches(jax.make_jaxpr(fn)(*a).jaxpr)  # noqa: E731
+    args = LV[2]
+    expected = 1 if sequential else 0
+    for saveat in (None, ja.SaveAt(ts=TS)):
+        grad = jax.grad(loss_of(LV, saveat=saveat))
+        assert in_mode(monkeypatch, sequential, count, grad, args) == expected
+    assert in_mode(monkeypatch, sequential, count, loss_of(LV), args) == 0
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
+    big = (glv, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 2.0)
+    assert in_mode(monkeypatch, sequential, count, jax.grad(loss_of(big)), big[2]) == 0
+
+
+@pytest.mark.parametrize("case", ["lotka-volterra saves", "robertson Rodas5",
+                                  "robertson Kvaerno5"])
+def test_gradient_is_the_inline_one_to_rounding(monkeypatch, case):
+    """Same operations, so the same gradient; XLA fuses the branch on its own, so the
+    last bits may differ (Lotka-Volterra: 4e-15 relative).  (Against the replays of the
+    recorded grid: `test_gradients`, `test_rosenbrock`, `test_esdirk`, which run with the
+    branch.)"""
+    if case == "lotka-volterra saves":
+        loss, args = loss_of(LV, saveat=ja.SaveAt(ts=TS)), LV[2]
+    else:
+        solver = ja.Rodas5() if case.endswith("Rodas5") else ja.Kvaerno5()
+        loss, args = loss_of(ROBERTSON, solver=solver, rtol=1e-6, atol=1e-10), ROBERTSON[2]
+    grad = jax.jit(jax.grad(loss))
+    branched = in_mode(monkeypatch, True, grad, args)
+    inline = in_mode(monkeypatch, False, grad, args)
+    np.testing.assert_allclose(branched, inline, rtol=1e-13, atol=0)
+    assert np.all(np.isfinite(branched)) and np.any(branched != 0)
+
+
+def test_under_vmap_the_branch_is_inline(monkeypatch):
+    """A batch of solves compiles to the same program with or without the branch (its
+    `custom_vmap` rule computes every lane inline), and each lane's gradient is the
+    unbatched one to rounding."""
+    loss = loss_of(LV, saveat=ja.SaveAt(ts=TS))
+    y0s = LV[1] * jnp.linspace(0.8, 1.2, 3)[:, None]
+    batched = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0)))
+
+    def program(args):
+        text = batched.lower(args, y0s).compile().as_text()
+        return re.sub(r"[0-9]+", "", re.sub(r"metadata=\{[^}]*\}", "", text))
+
+    assert in_mode(monkeypatch, True, program, LV[2]) == in_mode(
+        monkeypatch, False, program, LV[2])
+    lanes = in_mode(monkeypatch, True, batched, LV[2], y0s)
+    single = jax.jit(jax.grad(loss))
+    for lane, y0 in zip(lanes, y0s):
+        np.testing.assert_allclose(lane, single(LV[2], y0), rtol=1e-13, atol=0)
+
+
+_VLOG_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    import jaxadjoint as ja
+
+    def rhs(t, y, a):
+        return jnp.stack([a[0] * y[0] - a[1] * y[0] * y[1], a[3] * y[0] * y[1] - a[2] * y[1]])
+
+    def loss(a):
+        return jnp.sum(ja.solve(rhs, jnp.ones(2), 0.0, 5.0, a, max_steps=512).ys ** 2)
+
+    jax.block_until_ready(jax.jit(jax.grad(loss))(jnp.array([1.5, 1.0, 3.0, 1.0])))
+""")
+
+
+def _executors(sequential: bool) -> list[tuple[int, bool]]:
+    """``(thunks, runs in order)`` of every executor XLA built for the gradient."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="thunk_executor=2",
+               JAXADJOINT_SEQUENTIAL="1" if sequential else "0")
+    out = subprocess.run([sys.executable, "-c", _VLOG_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    found = re.findall(r"ThunkExecutor with (\d+) thunks.*is_sequential=(\w+)", out.stderr)
+    return [(int(n), flag == "true") for n, flag in found]
+
+
+def test_xla_runs_the_branch_in_order():
+    """What the branch is for, checked on XLA itself (its executor's log): with it, the
+    reverse step's ~50 kernels run in order; without it every executor of 20 kernels or
+    more builds a task graph."""
+    branched = _executors(True)
+    if not branched:
+        pytest.skip("this XLA does not log its thunk executors")
+    assert [n for n, seq in branched if seq and n >= 40], branched
+    assert not [n for n, seq in _executors(False) if seq and n >= 20]
