@@ -262,18 +262,24 @@ def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> Non
 
 
 try:  # private: forward-mode detection is skipped on a JAX without it (JAX's error stays)
-    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+    from jax._src.interpreters.ad import (
+        JVPTracer as _JVPTracer,
+        LinearizeTracer as _LinearizeTracer,
+    )
 except ImportError:
-    _JVPTracer = None
+    _JVPTracer = _LinearizeTracer = None
 
 
-def _is_forward_mode_tracer(x: Any) -> bool:
-    """Whether ``x`` is traced by forward-mode autodiff (`jax.jvp`), at any nesting level."""
+def _autodiff_levels(x: Any) -> tuple[bool, int]:
+    """``(forward mode, reverse-mode levels)``: whether ``x`` is traced by forward-mode
+    autodiff (`jax.jvp`) at any nesting level, and by how many nested linearisations
+    (`jax.grad`, `jax.vjp`: two for `jax.jacrev` of `jax.grad`)."""
+    forward, levels = False, 0
     while isinstance(x, jax.core.Tracer):
-        if isinstance(x, _JVPTracer):
-            return True
+        forward |= isinstance(x, _JVPTracer)
+        levels += isinstance(x, _LinearizeTracer)
         x = getattr(x, "primal", getattr(x, "val", None))  # linearize / vmap tracers
-    return False
+    return forward, levels
 
 
 def check_reverse_mode_only(sensitivity: str, inputs: Any) -> None:
@@ -288,10 +294,19 @@ def check_reverse_mode_only(sensitivity: str, inputs: Any) -> None:
     """
     if _JVPTracer is None or not getattr(jax.config, "jax_use_direct_linearize", False):
         return
-    if any(_is_forward_mode_tracer(leaf) for leaf in jax.tree.leaves(inputs)):
+    levels = [_autodiff_levels(leaf) for leaf in jax.tree.leaves(inputs)]
+    advice = (" Use `sensitivity=jaxadjoint.DiscreteForward()` for forward mode and second "
+              "derivatives (it is exact on the same step grid).")
+    if any(forward for forward, _ in levels):
         raise TypeError(
             f"`sensitivity={sensitivity}` differentiates in reverse mode only (jax.grad, "
             "jax.jacrev, jax.vjp); JAX cannot apply forward mode (jax.jvp, jax.jacfwd, "
-            "jax.hessian) to it. Use `sensitivity=jaxadjoint.DiscreteForward()` for "
-            "forward mode and second derivatives (it is exact on the same step grid)."
+            "jax.hessian) to it." + advice
+        )
+    if any(reverse >= 2 for _, reverse in levels):
+        # Reverse over reverse differentiates the hand-written reverse pass itself, which
+        # JAX cannot do (its error: "Linearization failed to produce known values").
+        raise TypeError(
+            f"`sensitivity={sensitivity}` gives first derivatives only: its reverse pass "
+            "cannot be differentiated again (jax.jacrev or jax.grad of jax.grad)." + advice
         )

@@ -424,6 +424,28 @@ def test_forward_mode_through_reverse_only_sensitivity(sensitivity, mode):
         transforms[mode]()
 
 
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.ContinuousAdjoint()],
+                         ids=["DiscreteAdjoint", "ContinuousAdjoint"])
+@pytest.mark.parametrize("mode", ["jacrev-grad", "grad-grad", "jit-jacrev-grad"])
+def test_reverse_over_reverse_mode_through_reverse_only_sensitivity(sensitivity, mode):
+    """Second derivatives by reverse over reverse differentiate the hand-written reverse
+    pass, which JAX cannot (it failed with "Linearization failed to produce known values"):
+    the error says so and names the alternative."""
+
+    def loss(k):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 1.0, k,
+                       sensitivity=sensitivity)
+        return jnp.sum(sol.ys**2)
+
+    transforms = {
+        "jacrev-grad": lambda: jax.jacrev(jax.grad(loss))(0.5),
+        "grad-grad": lambda: jax.grad(lambda k: jax.grad(loss)(k) ** 2)(0.5),
+        "jit-jacrev-grad": lambda: jax.jit(jax.jacrev(jax.grad(loss)))(0.5),
+    }
+    with pytest.raises(TypeError, match=r"first derivatives only.*DiscreteForward"):
+        transforms[mode]()
+
+
 def _failed_solve_loss(sensitivity):
     """A loss whose solve exhausts ``max_steps`` (``throw=False``: failure via result)."""
 
