@@ -1,8 +1,8 @@
 """Small systems' reverse steps in a branch of their own (`_sequential`).
 
 The branch must be there for small systems and only for them, must leave the gradient as
-it was up to rounding, must vanish under `jax.vmap`, and must make XLA's CPU runtime run
-its kernels in order (what it is for).
+it was up to rounding (under `jax.vmap` too), and must make XLA's CPU runtime run its
+kernels in order (what it is for).
 """
 
 from __future__ import annotations
@@ -111,10 +111,13 @@ def test_gradient_is_the_inline_one_to_rounding(monkeypatch, case):
     assert np.all(np.isfinite(branched)) and np.any(branched != 0)
 
 
-def test_under_vmap_the_branch_is_inline(monkeypatch):
-    """A batch of solves compiles to the same program with or without the branch (its
-    `custom_vmap` rule computes every lane inline), and each lane's gradient is the
-    unbatched one to rounding."""
+def test_under_vmap(monkeypatch):
+    """A batch of solves runs its own shared reverse loop (`_batched_reverse`), which has no
+    branch: the program compiles as inline, and each lane's gradient is the unbatched one
+    to rounding.  Under `jax.jacrev` (`vmap` over cotangent seeds) the one-solve sweep is
+    batched: the branch stays a `cond` (its predicate, whether any lane runs, is
+    unbatched, where a batched one would make it a select of both branches), and the
+    Jacobian is the inline one to rounding."""
     loss = loss_of(LV, saveat=ja.SaveAt(ts=TS))
     y0s = LV[1] * jnp.linspace(0.8, 1.2, 3)[:, None]
     batched = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0)))
@@ -129,6 +132,19 @@ def test_under_vmap_the_branch_is_inline(monkeypatch):
     single = jax.jit(jax.grad(loss))
     for lane, y0 in zip(lanes, y0s):
         np.testing.assert_allclose(lane, single(LV[2], y0), rtol=1e-13, atol=0)
+
+    rhs, y0, args, t1 = LV
+
+    def saves(args):
+        return ja.solve(rhs, y0, 0.0, t1, args, saveat=ja.SaveAt(ts=TS), rtol=1e-6,
+                        atol=1e-8, max_steps=512).ys
+
+    jacobian = jax.jacrev(saves)
+    count = lambda: _sequential_branches(jax.make_jaxpr(jacobian)(args).jaxpr)  # noqa: E731
+    assert in_mode(monkeypatch, True, count) == 1
+    branched = in_mode(monkeypatch, True, jax.jit(jacobian), args)
+    inline = in_mode(monkeypatch, False, jax.jit(jacobian), args)
+    np.testing.assert_allclose(branched, inline, rtol=1e-13, atol=1e-14)
 
 
 _VLOG_SCRIPT = textwrap.dedent("""
