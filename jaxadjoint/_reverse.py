@@ -446,8 +446,13 @@ def reverse_sweep(
     is read one iteration ahead and carried, because slicing a stored buffer inside the
     body lets XLA fuse the slice into every consumer and lose vectorisation.
 
-    One step per iteration.  For large states with few parameters (``rows`` is ``None``,
-    see `joint_stage_vjps`, and every family but explicit RK) the solver's `reverse_step`
+    One step per iteration.  The step's arithmetic (`reverse_one`) runs in a branch of its
+    own when everything in it is small, so that XLA's CPU runtime executes its kernels in
+    order rather than as a task graph (`_sequential.in_sequence`); the reads of the record
+    and of the saves' cotangents stay in the loop body.
+
+    For large states with few parameters (``rows`` is ``None``, see `joint_stage_vjps`,
+    and every family but explicit RK) the solver's `reverse_step`
     (`erk_reverse_step` for explicit RK) adds each stage's parameter adjoint to ``pbar`` on
     its own.  Otherwise the step's stage rows are written into the block's ``rows`` (a
     block of `block_size` steps: one, or four for many parameters) and the parameter adjoint
