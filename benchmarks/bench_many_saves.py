@@ -31,6 +31,7 @@ jax.config.update("jax_enable_x64", True)
 from _common import compile_jitted, time_interleaved, write_json  # noqa: E402
 
 import jaxadjoint as ja  # noqa: E402
+from jaxadjoint.problems.lotka_volterra import glv_rhs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -38,11 +39,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def lotka_volterra(t, y, args):
     a, b, c, d = args
     return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
-
-
-def glv(t, y, args):
-    r, A = args
-    return y * (r + A @ y)
 
 
 def neural_ode():
@@ -66,7 +62,7 @@ def problems():
         "neural ODE N=2": (mlp_rhs, mlp_y0, mlp_params, 10.0, 1e-10),
         "lotka-volterra N=2": (lotka_volterra, jnp.array([1.0, 1.0]),
                                jnp.array([1.5, 1.0, 3.0, 1.0]), 10.0, 1e-5),
-        "glv N=10": (glv, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 10.0,
+        "glv N=10": (glv_rhs, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 10.0,
                      1e-6),
     }
 

@@ -41,6 +41,7 @@ jax.config.update("jax_enable_x64", True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import time_interleaved, write_json  # noqa: E402
+from bench_many_saves import lotka_volterra  # noqa: E402
 from bench_timeseries import PROBLEMS, operation, precision  # noqa: E402
 
 import jaxadjoint as ja  # noqa: E402
@@ -68,11 +69,6 @@ def mode(name: str) -> Iterator[None]:
         else:
             os.environ["JAXADJOINT_SEQUENTIAL"] = old
         jax.clear_caches()
-
-
-def lotka_volterra(t, y, args):
-    a, b, c, d = args
-    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
 
 
 def compiled(fn: Callable, *args: Any) -> Callable[[], Any]:

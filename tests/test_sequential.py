@@ -17,26 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_dense_output import THETA, Y0, lotka_volterra
 
 import jaxadjoint as ja
+from jaxadjoint.problems.lotka_volterra import glv_rhs
 from jaxadjoint.problems.robertson import robertson_rhs
 
 jax.config.update("jax_enable_x64", True)
 
 TS = jnp.linspace(0.0, 5.0, 12)
-
-
-def lotka_volterra(t, y, args):
-    a, b, c, d = args
-    return jnp.stack([a * y[0] - b * y[0] * y[1], d * y[0] * y[1] - c * y[1]])
-
-
-def glv(t, y, args):
-    r, A = args
-    return y * (r + A @ y)
-
-
-LV = (lotka_volterra, jnp.array([1.0, 1.0]), jnp.array([1.5, 1.0, 3.0, 1.0]), 5.0)
+LV = (lotka_volterra, Y0, THETA, 5.0)
 ROBERTSON = (robertson_rhs, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.04, 1e4, 3e7]), 40.0)
 
 
@@ -88,7 +78,7 @@ def test_the_branch_is_there_for_small_systems_only(monkeypatch, sequential):
     assert in_mode(monkeypatch, sequential, count, loss_of(LV), args) == 0
     rng = np.random.default_rng(0)
     A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
-    big = (glv, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 2.0)
+    big = (glv_rhs, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 2.0)
     assert in_mode(monkeypatch, sequential, count, jax.grad(loss_of(big)), big[2]) == 0
 
 
