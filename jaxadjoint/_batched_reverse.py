@@ -172,7 +172,8 @@ def reverse_all_steps(
     Returns ``(dL/dy0, dL/dparams, health)``.  ``read(n)`` may close over the record (it is
     closure-converted, so that the record can be batched).
     """
-    read = eqx.filter_closure_convert(read, jnp.int32(0))
+    if not isinstance(read, _reverse.RecordReader):  # (a module already: its record is a leaf)
+        read = eqx.filter_closure_convert(read, jnp.int32(0))
     args = (system, params, direction, grid, num_steps, read, lam, pbar, mu, saves)
 
     def lanes(unpack: Callable, axes: Any, axis_size: int, dyn: Any) -> tuple:

@@ -30,7 +30,7 @@ from jax import Array
 
 from ._batched_reverse import reverse_all_steps
 from ._forward import Recorder, write_slot
-from ._reverse import SaveCotangents
+from ._reverse import RecordReader, SaveCotangents
 from ._system import System
 from ._uninitialised import uninitialised
 from .solvers._base import StepOutput
@@ -69,7 +69,7 @@ class _EveryStep(AbstractCheckpoint):
     def reverse(self, system, params, direction, store, grid, num_accepted, lam, pbar, mu,
                 saves):
         return reverse_all_steps(
-            system, params, direction, grid, num_accepted, lambda n: self.read(store, n),
+            system, params, direction, grid, num_accepted, RecordReader(store, self.read),
             lam, pbar, mu, saves,
         )
 

@@ -8,7 +8,9 @@ writes a row of dense output (`_dense`), on which the saves are evaluated after 
 loop; a `Recorder` keeps whatever else a sensitivity method needs (states, stages or
 checkpoints).  Buffers have length ``max_steps`` but are never
 filled (`_uninitialised`) and each iteration writes one slot, so the cost follows the
-steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  The grid's slots
+steps taken, not ``max_steps``; under `jax.vmap` too (`forward_loop`).  A small system's
+solve that records its steps writes them through windows of a few slots, so that XLA runs
+the step's kernels in order (`advance_window`, `_sequential`).  The grid's slots
 after the last accepted step stay unwritten: `padded_grid` fills them with ``inf`` only
 where they are shown (``sol.steps``).  With event conditions (`_events`) each accepted step
 also compares their signs at its two ends; the step where one crosses gets a row, the
@@ -18,7 +20,7 @@ crossing is located on it, and the loop stops there (`EventRecord`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -39,6 +41,7 @@ from ._dense import (
 from ._events import crossings, event_state, locate_roots
 from ._lanes import run_single_lane
 from ._results import RESULTS
+from ._sequential import window_size
 from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
 from ._uninitialised import uninitialised
@@ -57,6 +60,10 @@ class Recorder(eqx.Module):
     Buffers of length ``max_steps`` come from `uninitialised` with the ``witness`` that
     `init` receives, so that their cost follows the steps taken (also under `jax.vmap`).
     """
+
+    # Whether `record` writes slot ``n`` of each buffer and nothing else, so that the loop
+    # may hand it a window of the buffers (`_loop`'s ``advance_window``).
+    writes_slot_n: ClassVar[bool] = True
 
     def init(self, max_steps: int, y0: Array, num_live: int, witness: Array) -> Any:
         del max_steps, y0, num_live, witness
@@ -164,7 +171,7 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
     @jax.custom_batching.custom_vmap
     def solve(dyn: Any) -> ForwardOutput:
         loop = parts(dyn)
-        return loop.finish(jax.lax.while_loop(loop.running, loop.advance, loop.start()))
+        return loop.finish(jax.lax.while_loop(loop.running, loop.advance_window, loop.start()))
 
     @solve.def_vmap
     def solve_batch(axis_size: int, in_batched: list, dyn: Any) -> tuple[ForwardOutput, Any]:
@@ -197,6 +204,8 @@ class _Loop(NamedTuple):
     running: Callable[[dict], Array]
     advance: Callable[[dict], dict]
     finish: Callable[[dict], ForwardOutput]
+    # A solve on its own: up to a window of steps, recorded into small buffers.
+    advance_window: Callable[[dict], dict]
 
 
 def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
@@ -398,8 +407,11 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             integral = integral + jnp.where(accept, dq, 0)
         # Slot writes: a rejected attempt leaves data past the accepted grid, overwritten by
         # the next attempt; a solve that is done writes nothing.
-        grid = write_slot(c["grid"], n + 1, tau_next, active)
-        store = recorder.record(c["store"], n, y, step, live, active)
+        # In a window of the record (`advance_window`), slot n is the window's n - start.
+        slot = n - c["window_start"] if "window_start" in c else n
+        grid = write_slot(c["grid"], slot + 1, tau_next, active)
+        store = recorder.record(c["store"], slot if recorder.writes_slot_n else n, y, step,
+                                live, active)
         # A row of dense output for an accepted step that holds save times (every step
         # with `dense`): the saves are evaluated on it after the loop.
         rows = c["rows"]
@@ -520,4 +532,44 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             event=event,
         )
 
-    return _Loop(start, running, advance, finish)
+    def advance_window(c: dict) -> dict:
+        """Up to `window_size` accepted steps, with the record's slots in small copies.
+
+        The record (grid and store: ``max_steps`` slots) makes XLA run the loop body as a
+        task graph (`_sequential`); an inner loop that writes a window of at most 512
+        bytes runs in order.  The window starts at the next slot to write, moved back
+        where it would run past the record's end; slots before that are copied in and
+        out unchanged.  The steps are the same operations as in one loop, so the same
+        bits (`tests/test_sequential.py`).  A solve that records nothing keeps one loop:
+        its body is small already, and the windows' copies would only add to it.
+        """
+        if c["store"] is None:
+            return advance(c)
+        windowed = ("grid", "store") if recorder.writes_slot_n else ("grid",)
+        rest = {key: value for key, value in c.items() if key not in windowed}
+        slot_bytes = 0
+        if recorder.writes_slot_n:
+            slot_bytes = sum(x.dtype.itemsize * x[0].size for x in jax.tree.leaves(c["store"]))
+        size = window_size(slot_bytes, dtype.itemsize, system.max_steps, rest, params,
+                           taus if rows_in_loop else ())
+        if not size:
+            return advance(c)
+        start = jnp.minimum(c["num_accepted"], system.max_steps - size)
+        # The grid's window is one slot longer: step n writes its end time to slot n + 1.
+        lengths = dict(grid=size + 1, store=size)
+
+        def cut(key):
+            return jax.tree.map(
+                lambda b: jax.lax.dynamic_slice_in_dim(b, start, lengths[key]), c[key])
+
+        def paste(key, part):
+            return jax.tree.map(
+                lambda b, p: jax.lax.dynamic_update_slice_in_dim(b, p, start, 0), c[key], part)
+
+        inner = dict(c, window_start=start, **{key: cut(key) for key in windowed})
+        inner = jax.lax.while_loop(
+            lambda s: running(s) & (s["num_accepted"] - start < size), advance, inner)
+        del inner["window_start"]
+        return dict(inner, **{key: paste(key, inner[key]) for key in windowed})
+
+    return _Loop(start, running, advance, finish, advance_window)

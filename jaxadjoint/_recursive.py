@@ -43,7 +43,7 @@ differently).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -164,6 +164,8 @@ class Recursive(AbstractCheckpoint):
         del num_live, witness  # num_checkpoints slots: small, and y0 is written now
         stack = jnp.zeros((self.slots(max_steps),) + y0.shape, y0.dtype).at[0].set(y0)
         return stack, jnp.int32(1)
+
+    writes_slot_n: ClassVar[bool] = False  # it writes a stack of checkpoints
 
     def record(self, store, n: Array, y: Array, step: StepOutput, live: tuple, active: Array):
         del step, live

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import Array
@@ -59,7 +60,7 @@ from ._save_cotangents import (
     save_slopes_cotangent,
     save_state_cotangent,
 )
-from ._sequential import in_sequence
+from ._sequential import in_sequence, window_size
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
 
@@ -435,6 +436,7 @@ def reverse_sweep(
     num_steps: Array,
     rows: StageCotangents | None,
     health: Health,
+    grid_start: Array | None = None,
 ) -> tuple[Array, Any, Array, StageCotangents | None, Health]:
     """Reverse through steps ``n_hi - 1, ..., n_lo``: ``(lam_{n_lo}, pbar, j, rows, health)``.
 
@@ -444,7 +446,8 @@ def reverse_sweep(
     ``read(n)`` returns ``(y_n or None, live stages of step n or None)``, called with
     ``n_lo <= n < n_hi`` (with ``n_lo`` itself when the range is empty).  A step's data
     is read one iteration ahead and carried, because slicing a stored buffer inside the
-    body lets XLA fuse the slice into every consumer and lose vectorisation.
+    body lets XLA fuse the slice into every consumer and lose vectorisation.  ``grid``
+    may be a window of the grid that starts at slot ``grid_start``.
 
     One step per iteration.  The step's arithmetic (`reverse_one`) runs in a branch of its
     own when everything in it is small, so that XLA's CPU runtime executes its kernels in
@@ -470,7 +473,8 @@ def reverse_sweep(
 
     def read_step(n):
         n = jnp.maximum(n, n_lo)  # the read ahead of the last iteration: not used
-        return read(n), grid[n], grid[n + 1]
+        slot = n if grid_start is None else n - grid_start
+        return read(n), grid[slot], grid[slot + 1]
 
     def add_block(pbar, rows, slot):
         # Rows after `slot` belong to steps below 0 (the bottom block): zero cotangents.
@@ -538,13 +542,65 @@ def reverse_all_steps(
     """One sweep through steps ``num_steps - 1, ..., 0``: ``(dL/dy0, dL/dparams, health)``.
 
     The reverse pass of a strategy that can read every step (`StoreStates`,
-    `StoreStages`); ``read`` as in `reverse_sweep`.
+    `StoreStages`); ``read`` as in `reverse_sweep`.  A `RecordReader` of a small system is
+    reversed in windows of a few steps: an outer loop copies each window's part of the
+    record out, and `reverse_sweep` reverses it in an inner loop whose buffers are all
+    small, so that XLA runs it in order (`_sequential.window_size`).  The sweeps of the
+    windows chain as `Recursive`'s segments do (the saves' row index ``j`` and the
+    parameter blocks carry over), so the operations are those of one sweep.
     """
     j = last_row(saves)
     y, stages = read(jnp.int32(0))
     y = stages[0] if y is None else y
-    lam, pbar, _, _, health = reverse_sweep(
-        system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
-        saves, j, num_steps, initial_block(system, params, lam, y), healthy(lam.dtype),
-    )
+    rows, health = initial_block(system, params, lam, y), healthy(lam.dtype)
+    size = 0
+    if isinstance(read, RecordReader):
+        size = window_size(read.slot_bytes(), grid.dtype.itemsize, grid.shape[0] - 1,
+                           params, lam, pbar, mu, saves, rows)
+    if not size:
+        lam, pbar, _, _, health = reverse_sweep(
+            system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
+            saves, j, num_steps, rows, health,
+        )
+        return lam, pbar, health
+
+    # In windows of `size` steps, each reversed by an inner loop that sees a copy of its
+    # part of the record (`_sequential.window_size`): steps n_hi - 1 .. start.
+    def window(carry):
+        n_hi, lam, pbar, j, rows, health = carry
+        start = jnp.maximum(n_hi - size, 0)
+        lam, pbar, j, rows, health = reverse_sweep(
+            system, params, direction, jax.lax.dynamic_slice_in_dim(grid, start, size + 1),
+            n_hi, start, read.window(start, size), lam, pbar, mu, saves, j, num_steps, rows,
+            health, grid_start=start,
+        )
+        return start, lam, pbar, j, rows, health
+
+    _, lam, pbar, j, _, health = jax.lax.while_loop(
+        lambda carry: carry[0] > 0, window, (num_steps, lam, pbar, j, rows, health))
+    # The saves at y_0 when there are no steps (a sweep adds them at its first step).
+    lam, _ = add_save_state(lam, saves, j, jnp.int32(0))
     return lam, pbar, health
+
+
+class RecordReader(eqx.Module):
+    """Step ``n``'s part of a record with one slot per step: ``read_slot(store, n)``.
+
+    `window` gives a reader of a copy of slots ``start .. start + size - 1`` only, for a
+    sweep in windows (`reverse_all_steps`), called with the same ``n``.
+    """
+
+    store: Any
+    read_slot: Callable[[Any, Array], tuple[Array | None, Array | None]] = eqx.field(
+        static=True)
+    start: Array | None = None
+
+    def __call__(self, n: Array) -> tuple[Array | None, Array | None]:
+        return self.read_slot(self.store, n if self.start is None else n - self.start)
+
+    def window(self, start: Array, size: int) -> RecordReader:
+        part = jax.tree.map(lambda b: jax.lax.dynamic_slice_in_dim(b, start, size), self.store)
+        return RecordReader(part, self.read_slot, start)
+
+    def slot_bytes(self) -> int:
+        return sum(x.dtype.itemsize * x[0].size for x in jax.tree.leaves(self.store))

@@ -18,7 +18,7 @@ forward pass (``max_steps`` slots, kilobytes).
 is a computation of its own, with its own executor, and when everything it touches is
 small that executor runs in order.  The record's reads stay outside.  Lotka–Volterra's
 gradient (N = 2) takes 0.6–0.8x the time, Robertson's and Van der Pol's 0.8–0.93x
-(benchmarks/README.md, "Reverse steps in order").  What makes it work:
+with the branch alone (benchmarks/README.md, "Steps in order").  What makes it work:
 
 - XLA's conditional simplifier turns a `cond` whose branches are only elementwise
   arithmetic into a `select` of both (small steps are exactly that), so the branch
@@ -38,6 +38,17 @@ loop of its own, `_batched_reverse`, without the branch).  The branch holds the 
 operations, but XLA fuses it on its own, so results agree with the inline ones to
 rounding, not bitwise.  That is why the forward loop does not use it: a solve's steps
 must not depend, even in the last bits, on whether it records them or has save times.
+
+**Windows of the record** (`window_size`).  The loops that write or read the record
+itself (the gradient's forward loop, the reverse sweep's body) touch all of it.  They run
+as an outer loop over windows of a few slots: the outer body copies the window's slots out
+of the record, an inner loop takes (or reverses) up to that many steps on the copy, and
+the outer body copies them back.  The inner body then holds only small buffers and runs in
+order; the outer one runs once per window.  The steps are the same operations in a loop
+body, not a branch, and come out bitwise the same (`tests/test_sequential.py`).  With both,
+Lotka–Volterra's gradient (``y(t1)``) takes 0.52x, Robertson's 0.70x and Van der Pol's
+0.46–0.64x the time of neither (benchmarks/README.md, "Steps in order").  A solve that records nothing (no gradient) keeps one
+loop: its body is small already.
 """
 
 from __future__ import annotations
@@ -58,6 +69,36 @@ SEQUENTIAL_BUFFER_BYTES = 512
 
 def _enabled() -> bool:
     return os.environ.get("JAXADJOINT_SEQUENTIAL", "1") != "0"
+
+
+# The most slots a record window holds: more saves few copies, and steps per call rarely
+# fill more.
+MAX_WINDOW = 16
+
+
+def window_size(slot_bytes: int, item_bytes: int, max_steps: int, *small: Any) -> int:
+    """How many slots of a record a loop body may hold in small buffers, or 0 for none.
+
+    A loop that writes (or reads) one slot per iteration of a ``max_steps``-long record
+    touches kilobytes, so XLA runs its body as a task graph however small the rest is.
+    Running it as an outer loop over windows of ``w`` slots, with an inner loop that only
+    sees copies of the window (``w * slot_bytes`` and the grid's ``(w + 1) * item_bytes``),
+    lets the inner body run in order, at the price of one slice and one update of the
+    record per window.  ``w`` is the largest power of two up to `MAX_WINDOW` that keeps
+    those copies within `SEQUENTIAL_BUFFER_BYTES`; 0 (no windows) when it would be under
+    4, when any array of ``small`` (what else the body holds) is over the limit, or with
+    ``JAXADJOINT_SEQUENTIAL=0``.
+    """
+    if not _enabled():
+        return 0
+    if any(_nbytes(x) > SEQUENTIAL_BUFFER_BYTES for x in jax.tree.leaves(small)):
+        return 0
+    size = MAX_WINDOW
+    while size >= 4 and (size * slot_bytes > SEQUENTIAL_BUFFER_BYTES
+                         or (size + 1) * item_bytes > SEQUENTIAL_BUFFER_BYTES):
+        size //= 2
+    size = min(size, max_steps)
+    return size if size >= 4 else 0
 
 
 def _nbytes(aval: Any) -> int:

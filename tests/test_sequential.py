@@ -1,8 +1,9 @@
-"""Small systems' reverse steps in a branch of their own (`_sequential`).
+"""Small systems' reverse steps in a branch of their own, and their records in windows
+(`_sequential`).
 
-The branch must be there for small systems and only for them, must leave the gradient as
-it was up to rounding (under `jax.vmap` too), and must make XLA's CPU runtime run its
-kernels in order (what it is for).
+The branch and the windows must be there for small systems and only for them, must leave
+the gradient as it was up to rounding (under `jax.vmap` too) and the steps as they were
+bit for bit, and must make XLA's CPU runtime run its kernels in order (what they are for).
 """
 
 from __future__ import annotations
@@ -163,11 +164,90 @@ def _executors(sequential: bool) -> list[tuple[int, bool]]:
 
 
 def test_xla_runs_the_branch_in_order():
-    """What the branch is for, checked on XLA itself (its executor's log): with it, the
-    reverse step's ~50 kernels run in order; without it every executor of 20 kernels or
+    """What the branch and the windows are for, checked on XLA itself (its executor's
+    log): with them, the reverse step's ~50 kernels, the windowed forward step's ~45 and
+    the reverse window's ~20 run in order; without them every executor of 20 kernels or
     more builds a task graph."""
     branched = _executors(True)
     if not branched:
         pytest.skip("this XLA does not log its thunk executors")
-    assert [n for n, seq in branched if seq and n >= 40], branched
+    assert len([n for n, seq in branched if seq and n >= 40]) >= 2, branched
+    assert len([n for n, seq in branched if seq and n >= 15]) >= 3, branched
     assert not [n for n, seq in _executors(False) if seq and n >= 20]
+
+
+def _loops_in_loops(jaxpr, depth: int = 0) -> int:
+    """The `while` loops inside another `while` loop's body (record windows, here)."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        is_loop = eqn.primitive.name == "while"
+        count += is_loop and depth > 0
+        for inner in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += _loops_in_loops(inner, depth + is_loop)
+    return count
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_records_in_windows_for_small_systems(monkeypatch, sequential):
+    """A gradient of a small system records its steps, and reverses them, in windows of a
+    few slots (`_sequential.window_size`): one loop inside the forward loop and one inside
+    the reverse sweep.  Not where a window would not make the body small: 12 saves' rows
+    (13 x 7 x 2 doubles), a 10-species GLV; not in a solve that records nothing (its body
+    is small already); not with ``JAXADJOINT_SEQUENTIAL=0``."""
+    count = lambda fn, *a: _loops_in_loops(jax.make_jaxpr(fn)(*a).jaxpr)  # noqa: E731
+    args = LV[2]
+    windows = 2 if sequential else 0
+    assert in_mode(monkeypatch, sequential, count, jax.grad(loss_of(LV)), args) == windows
+    few_saves = loss_of(LV, saveat=ja.SaveAt(ts=TS[:3]))
+    assert in_mode(monkeypatch, sequential, count, jax.grad(few_saves), args) == windows
+    rodas = jax.grad(loss_of(ROBERTSON, solver=ja.Rodas5()))
+    assert in_mode(monkeypatch, sequential, count, rodas, ROBERTSON[2]) == windows
+    many_saves = loss_of(LV, saveat=ja.SaveAt(ts=TS))
+    assert in_mode(monkeypatch, sequential, count, jax.grad(many_saves), args) == 0
+    assert in_mode(monkeypatch, sequential, count, loss_of(LV), args) == 0
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
+    big = (glv_rhs, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 2.0)
+    assert in_mode(monkeypatch, sequential, count, jax.grad(loss_of(big)), big[2]) == 0
+
+
+def _recorded(max_steps: int, checkpoint=None, throw: bool = True):
+    """Lotka-Volterra's solve as the gradient's forward pass runs it (its primal output),
+    and the gradient of ``sum(y(t1)^2)``."""
+    rhs, y0, args, t1 = LV
+    sensitivity = ja.DiscreteAdjoint(checkpoint or ja.StoreStates())
+
+    def solve(args):
+        return ja.solve(rhs, y0, 0.0, t1, args, rtol=1e-6, atol=1e-8, max_steps=max_steps,
+                        sensitivity=sensitivity, throw=throw)
+
+    sol, _ = jax.vjp(solve, args)
+    if not throw:
+        return sol, None
+    return sol, jax.grad(lambda a: jnp.sum(solve(a).ys ** 2))(args)
+
+
+@pytest.mark.parametrize("margin", [0, 3, 20])
+@pytest.mark.parametrize("checkpoint", [ja.StoreStates(), ja.Recursive(4)],
+                         ids=["StoreStates", "Recursive"])
+def test_windows_up_to_the_end_of_the_record(monkeypatch, margin, checkpoint):
+    """With ``max_steps`` just enough (``margin`` slots to spare, so the last windows are
+    moved back from the record's end and overlap the one before), the windowed forward
+    loop takes bitwise the steps of the plain one, and the gradient agrees to rounding.
+    `Recursive` keeps its checkpoint stack whole; only its grid is windowed."""
+    steps = int(in_mode(monkeypatch, False, _recorded, 512)[0].stats["num_steps"])
+    windowed, grad = in_mode(monkeypatch, True, _recorded, steps + margin, checkpoint)
+    plain, plain_grad = in_mode(monkeypatch, False, _recorded, steps + margin, checkpoint)
+    assert windowed.result == ja.RESULTS.successful
+    np.testing.assert_array_equal(windowed.steps, plain.steps)
+    np.testing.assert_array_equal(windowed.ys, plain.ys)
+    np.testing.assert_allclose(grad, plain_grad, rtol=1e-13, atol=0)
+
+
+def test_max_steps_reached_inside_a_window(monkeypatch):
+    """A solve that runs out of steps in the middle of a window stops there and says so."""
+    sol, _ = in_mode(monkeypatch, True, _recorded, 13, None, False)
+    assert sol.result == ja.RESULTS.max_steps_reached
+    assert int(sol.stats["num_steps"]) == 13
+    plain, _ = in_mode(monkeypatch, False, _recorded, 13, None, False)
+    np.testing.assert_array_equal(sol.steps, plain.steps)
