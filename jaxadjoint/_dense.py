@@ -255,8 +255,18 @@ def allocate_rows(
     )
 
 
+class RowWindow(NamedTuple):
+    """Where a window of the rows sits in the whole (the forward loop's `advance_window`):
+    its row buffers start at row ``row_start`` of ``num_rows``, its ``starts`` at save
+    ``save_start``."""
+
+    row_start: Array
+    save_start: Array
+    num_rows: int
+
+
 def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: Array,
-              ks: Array, first_save: Array) -> DenseRows:
+              ks: Array, first_save: Array, window: RowWindow | None = None) -> DenseRows:
     """``rows`` with the next row set to ``(n, tau, h, y, ks)`` if ``where``.
 
     The slot ``count`` is written whether or not ``where``: it is past the rows written
@@ -264,16 +274,25 @@ def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: 
     overwrites.  That makes the write an in-place update with no read of the buffer (a
     guarded write costs a read, a select and a scatter per buffer, in every step).
     ``first_save`` is the index of the first save time ``>= tau`` (``n_save`` if none).
+    With a ``window``, ``rows`` holds that window's buffers (``count`` is the whole's, and
+    ``k`` is a tuple of one buffer per stage).
     """
     slot = jnp.minimum(rows.count, rows.size - 1)
+    if window is not None:
+        slot = jnp.minimum(rows.count, window.num_rows - 1) - window.row_start
+        first_save = first_save - window.save_start
 
     def put(buffer, value):
         value = jnp.asarray(value, buffer.dtype)[None]
         return jax.lax.dynamic_update_index_in_dim(buffer, value, slot, 0)
 
+    if isinstance(rows.k, tuple):  # a window's slopes, one buffer per stage
+        k = tuple(put(buffer, ks[m]) for m, buffer in enumerate(rows.k))
+    else:
+        k = put(rows.k, ks)
     return DenseRows(
         step=put(rows.step, n), tau=put(rows.tau, tau), h=put(rows.h, h), y=put(rows.y, y),
-        k=put(rows.k, ks), count=rows.count + where.astype(jnp.int32),
+        k=k, count=rows.count + where.astype(jnp.int32),
         starts=rows.starts.at[first_save].add(where.astype(jnp.int32)),
     )
 

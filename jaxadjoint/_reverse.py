@@ -60,7 +60,7 @@ from ._save_cotangents import (
     save_slopes_cotangent,
     save_state_cotangent,
 )
-from ._sequential import in_sequence, window_size
+from ._sequential import fits, in_sequence, window_size
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
 
@@ -554,9 +554,8 @@ def reverse_all_steps(
     y = stages[0] if y is None else y
     rows, health = initial_block(system, params, lam, y), healthy(lam.dtype)
     size = 0
-    if isinstance(read, RecordReader):
-        size = window_size(read.slot_bytes(), grid.dtype.itemsize, grid.shape[0] - 1,
-                           params, lam, pbar, mu, saves, rows)
+    if isinstance(read, RecordReader) and fits(params, lam, pbar, mu, saves, rows):
+        size = window_size(read.slot_bytes(), grid.shape[0] - 1)
     if not size:
         lam, pbar, _, _, health = reverse_sweep(
             system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
@@ -603,4 +602,5 @@ class RecordReader(eqx.Module):
         return RecordReader(part, self.read_slot, start)
 
     def slot_bytes(self) -> int:
-        return sum(x.dtype.itemsize * x[0].size for x in jax.tree.leaves(self.store))
+        """The largest of the record's buffers' slots, in bytes."""
+        return max(x.dtype.itemsize * x[0].size for x in jax.tree.leaves(self.store))

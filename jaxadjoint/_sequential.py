@@ -47,8 +47,9 @@ the outer body copies them back.  The inner body then holds only small buffers a
 order; the outer one runs once per window.  The steps are the same operations in a loop
 body, not a branch, and come out bitwise the same (`tests/test_sequential.py`).  With both,
 Lotka–Volterra's gradient (``y(t1)``) takes 0.52x, Robertson's 0.70x and Van der Pol's
-0.46–0.64x the time of neither (benchmarks/README.md, "Steps in order").  A solve that records nothing (no gradient) keeps one
-loop: its body is small already.
+0.46–0.64x the time of neither (benchmarks/README.md, "Steps in order").  The forward
+loop's dense-output rows and save times are windowed too.  A solve that records nothing
+and has no saves keeps one loop: its body is small already.
 """
 
 from __future__ import annotations
@@ -76,29 +77,31 @@ def _enabled() -> bool:
 MAX_WINDOW = 16
 
 
-def window_size(slot_bytes: int, item_bytes: int, max_steps: int, *small: Any) -> int:
+def fits(*trees: Any) -> bool:
+    """Whether every array (or shape) among ``trees`` is within `SEQUENTIAL_BUFFER_BYTES`."""
+    return all(_nbytes(x) <= SEQUENTIAL_BUFFER_BYTES for x in jax.tree.leaves(trees))
+
+
+def window_size(slot_bytes: int, max_slots: int, minimum: int = 4) -> int:
     """How many slots of a record a loop body may hold in small buffers, or 0 for none.
 
     A loop that writes (or reads) one slot per iteration of a ``max_steps``-long record
     touches kilobytes, so XLA runs its body as a task graph however small the rest is.
     Running it as an outer loop over windows of ``w`` slots, with an inner loop that only
-    sees copies of the window (``w * slot_bytes`` and the grid's ``(w + 1) * item_bytes``),
-    lets the inner body run in order, at the price of one slice and one update of the
-    record per window.  ``w`` is the largest power of two up to `MAX_WINDOW` that keeps
-    those copies within `SEQUENTIAL_BUFFER_BYTES`; 0 (no windows) when it would be under
-    4, when any array of ``small`` (what else the body holds) is over the limit, or with
-    ``JAXADJOINT_SEQUENTIAL=0``.
+    sees copies of the window (``w * slot_bytes``, ``slot_bytes`` the largest buffer's
+    slot), lets the inner body run in order, at the price of one slice and one update of
+    the record per window.  ``w`` is the largest power of two up to `MAX_WINDOW` (and
+    ``max_slots``) that keeps those copies within `SEQUENTIAL_BUFFER_BYTES`; 0 (no
+    windows) when it would be under ``minimum`` or with ``JAXADJOINT_SEQUENTIAL=0``.  The
+    caller checks that the rest of the body fits (`fits`).
     """
     if not _enabled():
         return 0
-    if any(_nbytes(x) > SEQUENTIAL_BUFFER_BYTES for x in jax.tree.leaves(small)):
-        return 0
     size = MAX_WINDOW
-    while size >= 4 and (size * slot_bytes > SEQUENTIAL_BUFFER_BYTES
-                         or (size + 1) * item_bytes > SEQUENTIAL_BUFFER_BYTES):
+    while size >= minimum and size * slot_bytes > SEQUENTIAL_BUFFER_BYTES:
         size //= 2
-    size = min(size, max_steps)
-    return size if size >= 4 else 0
+    size = min(size, max_slots)
+    return size if size >= minimum else 0
 
 
 def _nbytes(aval: Any) -> int:

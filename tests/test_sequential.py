@@ -191,9 +191,10 @@ def _loops_in_loops(jaxpr, depth: int = 0) -> int:
 def test_records_in_windows_for_small_systems(monkeypatch, sequential):
     """A gradient of a small system records its steps, and reverses them, in windows of a
     few slots (`_sequential.window_size`): one loop inside the forward loop and one inside
-    the reverse sweep.  Not where a window would not make the body small: 12 saves' rows
-    (13 x 7 x 2 doubles), a 10-species GLV; not in a solve that records nothing (its body
-    is small already); not with ``JAXADJOINT_SEQUENTIAL=0``."""
+    the reverse sweep.  With 12 saves the forward loop's rows are windowed too, but not
+    the reverse sweep (the saves' cotangents, read at every step, are over 512 bytes).
+    No windows for a 10-species GLV (its matrix is over 512 bytes), in a solve that
+    records nothing (no gain), or with ``JAXADJOINT_SEQUENTIAL=0``."""
     count = lambda fn, *a: _loops_in_loops(jax.make_jaxpr(fn)(*a).jaxpr)  # noqa: E731
     args = LV[2]
     windows = 2 if sequential else 0
@@ -203,7 +204,8 @@ def test_records_in_windows_for_small_systems(monkeypatch, sequential):
     rodas = jax.grad(loss_of(ROBERTSON, solver=ja.Rodas5()))
     assert in_mode(monkeypatch, sequential, count, rodas, ROBERTSON[2]) == windows
     many_saves = loss_of(LV, saveat=ja.SaveAt(ts=TS))
-    assert in_mode(monkeypatch, sequential, count, jax.grad(many_saves), args) == 0
+    assert in_mode(monkeypatch, sequential, count, jax.grad(many_saves), args) == windows // 2
+    assert in_mode(monkeypatch, sequential, count, many_saves, args) == 0
     assert in_mode(monkeypatch, sequential, count, loss_of(LV), args) == 0
     rng = np.random.default_rng(0)
     A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
@@ -251,3 +253,32 @@ def test_max_steps_reached_inside_a_window(monkeypatch):
     assert int(sol.stats["num_steps"]) == 13
     plain, _ = in_mode(monkeypatch, False, _recorded, 13, None, False)
     np.testing.assert_array_equal(sol.steps, plain.steps)
+
+
+@pytest.mark.parametrize("num_saves", [12, 400])
+def test_saves_in_windows(monkeypatch, num_saves):
+    """With saves, the gradient's forward loop windows the dense-output rows and the save
+    times as well (with 400 saves a window of 63 save times covers a few steps only).
+    Saves and steps are bitwise those of one loop, and those of the solve that records
+    nothing (not windowed); the gradient agrees to rounding."""
+    rhs, y0, args, t1 = LV
+    ts = jnp.concatenate([jnp.zeros(1), jnp.linspace(0.0, t1, num_saves - 2), jnp.full(1, t1)])
+
+    def solve(args):
+        return ja.solve(rhs, y0, 0.0, t1, args, saveat=ja.SaveAt(ts=ts), rtol=1e-6,
+                        atol=1e-8, max_steps=64)
+
+    def run():
+        recorded, _ = jax.vjp(solve, args)
+        return solve(args), recorded, jax.grad(lambda a: jnp.sum(solve(a).ys ** 2))(args)
+
+    count = lambda: _loops_in_loops(  # noqa: E731
+        jax.make_jaxpr(jax.grad(lambda a: jnp.sum(solve(a).ys ** 2)))(args).jaxpr)
+    assert in_mode(monkeypatch, True, count) >= 1
+    (plain, recorded, grad), (plain_off, recorded_off, grad_off) = (
+        in_mode(monkeypatch, mode, run) for mode in (True, False))
+    for sol, sol_off in ((plain, plain_off), (recorded, recorded_off)):
+        np.testing.assert_array_equal(sol.ys, sol_off.ys)
+        np.testing.assert_array_equal(sol.steps, sol_off.steps)
+    np.testing.assert_array_equal(plain.ys, recorded.ys)
+    np.testing.assert_allclose(grad, grad_off, rtol=1e-13, atol=0)
