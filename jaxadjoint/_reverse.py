@@ -59,6 +59,7 @@ from ._save_cotangents import (
     row_slopes_cotangent,
     save_slopes_cotangent,
     save_state_cotangent,
+    window_of,
 )
 from ._sequential import fits, in_sequence, window_size
 from ._system import System
@@ -554,8 +555,18 @@ def reverse_all_steps(
     y = stages[0] if y is None else y
     rows, health = initial_block(system, params, lam, y), healthy(lam.dtype)
     size = 0
-    if isinstance(read, RecordReader) and fits(params, lam, pbar, mu, saves, rows):
+    if isinstance(read, RecordReader) and fits(params, lam, pbar, mu, rows):
         size = window_size(read.slot_bytes(), grid.shape[0] - 1)
+    # The saves' rows in windows too where they are large: a window of steps start ..
+    # n_hi - 1 reads the rows of steps start - 1 .. n_hi, at most size + 2 rows at and
+    # below the latest not yet added.
+    num_rows = saves.step.shape[-1]
+    saves_size = None
+    if size and not fits(saves):
+        saves_size = min(size + 2, num_rows)
+        if saves.pending is not None or not fits(jax.eval_shape(
+                lambda s: window_of(s, jnp.int32(0), saves_size), saves)):
+            size = 0
     if not size:
         lam, pbar, _, _, health = reverse_sweep(
             system, params, direction, grid, num_steps, jnp.int32(0), read, lam, pbar, mu,
@@ -568,11 +579,17 @@ def reverse_all_steps(
     def window(carry):
         n_hi, lam, pbar, j, rows, health = carry
         start = jnp.maximum(n_hi - size, 0)
+        window_saves, first_row = saves, None
+        if saves_size is not None:
+            first_row = jnp.maximum(j - (saves_size - 1), 0)
+            window_saves, j = window_of(saves, first_row, saves_size), j - first_row
         lam, pbar, j, rows, health = reverse_sweep(
             system, params, direction, jax.lax.dynamic_slice_in_dim(grid, start, size + 1),
-            n_hi, start, read.window(start, size), lam, pbar, mu, saves, j, num_steps, rows,
-            health, grid_start=start,
+            n_hi, start, read.window(start, size), lam, pbar, mu, window_saves, j,
+            num_steps, rows, health, grid_start=start,
         )
+        if first_row is not None:
+            j = j + first_row
         return start, lam, pbar, j, rows, health
 
     _, lam, pbar, j, _, health = jax.lax.while_loop(

@@ -205,7 +205,10 @@ def row_slopes_cotangent(saves: SaveCotangents, row: Array, slot: int | None = N
     ``slot`` alone, ``(..., N)``.  Only if `has_slopes`; ``single`` and ``needed`` as in
     `row_state_cotangent`."""
     out = None
-    if saves.kbar is not None:
+    if isinstance(saves.kbar, tuple):  # a window's, one buffer per slope (`window_of`)
+        out = (jnp.stack([k[row] for k in saves.kbar]) if slot is None
+               else saves.kbar[slot][row])
+    elif saves.kbar is not None:
         out = saves.kbar[..., row, :, :] if slot is None else saves.kbar[..., row, slot, :]
     pending = saves.pending
     if pending is not None and pending.weights is not None:
@@ -214,6 +217,22 @@ def row_slopes_cotangent(saves: SaveCotangents, row: Array, slot: int | None = N
         summed = summed if slot is None else summed[..., 0, :]
         out = summed if out is None else out + summed
     return out
+
+
+def window_of(saves: SaveCotangents, start: Array, size: int) -> SaveCotangents:
+    """Rows ``start .. start + size - 1`` of ``saves`` (summed into rows: no pending
+    saves), as a sweep in windows reads them with row indices less ``start``
+    (`_reverse.reverse_all_steps`).  The slopes' cotangents are one buffer per slope,
+    so that each is small."""
+    if saves.pending is not None:
+        raise AssertionError("a window of saves needs them summed into rows")
+
+    def part(x: Array) -> Array:
+        return jax.lax.dynamic_slice_in_dim(x, start, size)
+
+    kbar = None if saves.kbar is None else tuple(jnp.moveaxis(part(saves.kbar), 1, 0))
+    return SaveCotangents(part(saves.step), saves.count,
+                          None if saves.ybar is None else part(saves.ybar), kbar)
 
 
 def row_at(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:
