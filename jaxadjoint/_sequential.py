@@ -46,10 +46,10 @@ of the record, an inner loop takes (or reverses) up to that many steps on the co
 the outer body copies them back.  The inner body then holds only small buffers and runs in
 order; the outer one runs once per window.  The steps are the same operations in a loop
 body, not a branch, and come out bitwise the same (`tests/test_sequential.py`).  With both,
-Lotka–Volterra's gradient (``y(t1)``) takes 0.52x, Robertson's 0.70x and Van der Pol's
-0.46–0.64x the time of neither (benchmarks/README.md, "Steps in order").  The forward
-loop's dense-output rows and save times are windowed too.  A solve that records nothing
-and has no saves keeps one loop: its body is small already.
+Lotka–Volterra's gradient (``y(t1)``) takes 0.36–0.53x, Robertson's 0.65–0.72x and Van der
+Pol's 0.46–0.66x the time of neither (benchmarks/README.md, "Steps in order").  With saves, the
+forward loop's dense-output rows and save times, and the reverse sweep's rows of their
+cotangents, are windowed too.  A solve that records nothing keeps one loop (no gain).
 """
 
 from __future__ import annotations
