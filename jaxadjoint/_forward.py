@@ -42,7 +42,7 @@ from ._dense import (
 from ._events import crossings, event_state, locate_roots
 from ._lanes import run_single_lane
 from ._results import RESULTS
-from ._sequential import SEQUENTIAL_BUFFER_BYTES, fits, window_size
+from ._sequential import SEQUENTIAL_BUFFER_BYTES, fits, slot_bytes, slots, window_size
 from ._stiffness import tracker_init, tracker_stats, tracker_update
 from ._system import Problem, System
 from ._uninitialised import uninitialised
@@ -551,11 +551,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
 
     def window_sizes(c: dict) -> dict[str, int] | None:
         """Slots per window of each windowed buffer, or ``None`` for no windows."""
-        slot_bytes = 0
-        if recorder.writes_slot_n:
-            slot_bytes = max((x.dtype.itemsize * x[0].size for x in jax.tree.leaves(c["store"])),
-                             default=0)
-        steps = window_size(slot_bytes, system.max_steps)
+        steps = window_size(slot_bytes(c["store"]) if recorder.writes_slot_n else 0,
+                            system.max_steps)
         if not steps:
             return None
         sizes = dict(grid=steps + 1, store=steps if recorder.writes_slot_n else None)
@@ -573,8 +570,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
     def cut(c: dict, sizes: dict, starts: dict) -> dict:
         """The inner loop's carry: ``c`` with the windows of the record (and rows)."""
         def part(tree, key):
-            return jax.tree.map(
-                lambda b: jax.lax.dynamic_slice_in_dim(b, starts[key], sizes[key]), tree)
+            return slots(tree, starts[key], sizes[key])
 
         inner = dict(c, window_start=starts["grid"], grid=part(c["grid"], "grid"))
         if sizes["store"] is not None:
@@ -588,15 +584,14 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                     # One buffer per stage, so that each is small.
                     k=tuple(jnp.moveaxis(part(rows.k, "rows"), 1, 0)),
                     count=rows.count,
-                    starts=jax.lax.dynamic_slice_in_dim(rows.starts, starts["saves"],
-                                                        sizes["saves"] + 1)),
+                    starts=slots(rows.starts, starts["saves"], sizes["saves"] + 1)),
                 rows_start=starts["rows"], saves_start=starts["saves"],
                 save_times=part(taus, "saves"),
             )
         return inner
 
-    def paste(c: dict, inner: dict, starts: dict) -> dict:
-        """``c`` updated from the inner loop's carry."""
+    def paste(c: dict, inner: dict, sizes: dict, starts: dict) -> dict:
+        """``c`` updated from the inner loop's carry (`cut`'s inverse)."""
         def put(whole, window, key):
             return jax.tree.map(
                 lambda b, p: jax.lax.dynamic_update_slice_in_dim(b, p, starts[key], 0),
@@ -605,9 +600,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         out = {key: value for key, value in inner.items()
                if key not in ("window_start", "rows_start", "saves_start", "save_times")}
         out["grid"] = put(c["grid"], inner["grid"], "grid")
-        if recorder.writes_slot_n:
+        if sizes["store"] is not None:
             out["store"] = put(c["store"], inner["store"], "store")
-        if "rows_start" in inner:
+        if "rows" in sizes:
             rows, part = c["rows"], inner["rows"]
             out["rows"] = DenseRows(
                 step=put(rows.step, part.step, "rows"), tau=put(rows.tau, part.tau, "rows"),
@@ -661,6 +656,6 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             return going
 
         inner = jax.lax.while_loop(more, advance, cut(c, sizes, starts))
-        return paste(c, inner, starts)
+        return paste(c, inner, sizes, starts)
 
     return _Loop(start, running, advance, finish, advance_window)

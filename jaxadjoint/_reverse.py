@@ -61,7 +61,7 @@ from ._save_cotangents import (
     save_state_cotangent,
     window_of,
 )
-from ._sequential import fits, in_sequence, window_size
+from ._sequential import fits, in_sequence, slot_bytes, slots, window_size
 from ._system import System
 from .solvers._explicit import linear_combination, stage_time
 
@@ -556,7 +556,7 @@ def reverse_all_steps(
     rows, health = initial_block(system, params, lam, y), healthy(lam.dtype)
     size = 0
     if isinstance(read, RecordReader) and fits(params, lam, pbar, mu, rows):
-        size = window_size(read.slot_bytes(), grid.shape[0] - 1)
+        size = window_size(slot_bytes(read.store), grid.shape[0] - 1)
     # The saves' rows in windows too where they are large: a window of steps start ..
     # n_hi - 1 reads the rows of steps start - 1 .. n_hi, at most size + 2 rows at and
     # below the latest not yet added.
@@ -584,7 +584,7 @@ def reverse_all_steps(
             first_row = jnp.maximum(j - (saves_size - 1), 0)
             window_saves, j = window_of(saves, first_row, saves_size), j - first_row
         lam, pbar, j, rows, health = reverse_sweep(
-            system, params, direction, jax.lax.dynamic_slice_in_dim(grid, start, size + 1),
+            system, params, direction, slots(grid, start, size + 1),
             n_hi, start, read.window(start, size), lam, pbar, mu, window_saves, j,
             num_steps, rows, health, grid_start=start,
         )
@@ -615,9 +615,4 @@ class RecordReader(eqx.Module):
         return self.read_slot(self.store, n if self.start is None else n - self.start)
 
     def window(self, start: Array, size: int) -> RecordReader:
-        part = jax.tree.map(lambda b: jax.lax.dynamic_slice_in_dim(b, start, size), self.store)
-        return RecordReader(part, self.read_slot, start)
-
-    def slot_bytes(self) -> int:
-        """The largest of the record's buffers' slots, in bytes."""
-        return max(x.dtype.itemsize * x[0].size for x in jax.tree.leaves(self.store))
+        return RecordReader(slots(self.store, start, size), self.read_slot, start)

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from ._sequential import slots
+
 
 class PendingSaves(NamedTuple):
     """The saves' cotangents not yet summed into rows."""
@@ -227,12 +229,9 @@ def window_of(saves: SaveCotangents, start: Array, size: int) -> SaveCotangents:
     if saves.pending is not None:
         raise AssertionError("a window of saves needs them summed into rows")
 
-    def part(x: Array) -> Array:
-        return jax.lax.dynamic_slice_in_dim(x, start, size)
-
-    kbar = None if saves.kbar is None else tuple(jnp.moveaxis(part(saves.kbar), 1, 0))
-    return SaveCotangents(part(saves.step), saves.count,
-                          None if saves.ybar is None else part(saves.ybar), kbar)
+    step, ybar, kbar = slots((saves.step, saves.ybar, saves.kbar), start, size)
+    kbar = None if kbar is None else tuple(jnp.moveaxis(kbar, 1, 0))
+    return SaveCotangents(step, saves.count, ybar, kbar)
 
 
 def row_at(saves: SaveCotangents, j: Array, n: Array) -> tuple[Array, Array]:

@@ -72,8 +72,7 @@ def _enabled() -> bool:
     return os.environ.get("JAXADJOINT_SEQUENTIAL", "1") != "0"
 
 
-# The most slots a record window holds: more saves few copies, and steps per call rarely
-# fill more.
+# The most slots a record window holds (larger windows copy the record less often).
 MAX_WINDOW = 16
 
 
@@ -82,26 +81,36 @@ def fits(*trees: Any) -> bool:
     return all(_nbytes(x) <= SEQUENTIAL_BUFFER_BYTES for x in jax.tree.leaves(trees))
 
 
-def window_size(slot_bytes: int, max_slots: int, minimum: int = 4) -> int:
+def slot_bytes(tree: Any) -> int:
+    """The size in bytes of one slot (leading index) of the largest buffer in ``tree``."""
+    return max((x.dtype.itemsize * x[0].size for x in jax.tree.leaves(tree)), default=0)
+
+
+def slots(tree: Any, start: Any, size: int) -> Any:
+    """Slots ``start .. start + size - 1`` (leading axis) of every buffer in ``tree``."""
+    return jax.tree.map(lambda b: jax.lax.dynamic_slice_in_dim(b, start, size), tree)
+
+
+def window_size(bytes_per_slot: int, max_slots: int) -> int:
     """How many slots of a record a loop body may hold in small buffers, or 0 for none.
 
     A loop that writes (or reads) one slot per iteration of a ``max_steps``-long record
     touches kilobytes, so XLA runs its body as a task graph however small the rest is.
     Running it as an outer loop over windows of ``w`` slots, with an inner loop that only
-    sees copies of the window (``w * slot_bytes``, ``slot_bytes`` the largest buffer's
-    slot), lets the inner body run in order, at the price of one slice and one update of
-    the record per window.  ``w`` is the largest power of two up to `MAX_WINDOW` (and
-    ``max_slots``) that keeps those copies within `SEQUENTIAL_BUFFER_BYTES`; 0 (no
-    windows) when it would be under ``minimum`` or with ``JAXADJOINT_SEQUENTIAL=0``.  The
-    caller checks that the rest of the body fits (`fits`).
+    sees copies of the window (``w * bytes_per_slot``, ``bytes_per_slot`` the largest
+    buffer's slot), lets the inner body run in order, at the price of one slice and one
+    update of the record per window.  ``w`` is the largest power of two up to `MAX_WINDOW`
+    (and ``max_slots``) that keeps those copies within `SEQUENTIAL_BUFFER_BYTES`; 0 (no
+    windows) when it would be under 4 or with ``JAXADJOINT_SEQUENTIAL=0``.  The caller
+    checks that the rest of the body fits (`fits`).
     """
     if not _enabled():
         return 0
     size = MAX_WINDOW
-    while size >= minimum and size * slot_bytes > SEQUENTIAL_BUFFER_BYTES:
+    while size >= 4 and size * bytes_per_slot > SEQUENTIAL_BUFFER_BYTES:
         size //= 2
     size = min(size, max_slots)
-    return size if size >= minimum else 0
+    return size if size >= 4 else 0
 
 
 def _nbytes(aval: Any) -> int:
@@ -137,7 +146,7 @@ def in_sequence(
     ``compute`` is traced once, here; the branch evaluates that trace.
     """
     flat, in_tree = jax.tree.flatten(operands)
-    if not _enabled() or any(_nbytes(x) > SEQUENTIAL_BUFFER_BYTES for x in flat):
+    if not _enabled() or not fits(flat):
         return compute(*operands)  # without tracing it twice: large problems stop here
     closed, out_shape = jax.make_jaxpr(compute, return_shape=True)(*operands)
     jaxpr, consts = closed.jaxpr, list(closed.consts)
