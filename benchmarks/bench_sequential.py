@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import time_interleaved, write_json  # noqa: E402
 from bench_many_saves import lotka_volterra  # noqa: E402
-from bench_timeseries import PROBLEMS, operation, precision  # noqa: E402
+from bench_timeseries import operation, problem_case  # noqa: E402
 
 import jaxadjoint as ja  # noqa: E402
 from jaxadjoint.problems import van_der_pol_problem  # noqa: E402
@@ -140,10 +140,7 @@ def workload_calls(workload: str) -> dict:
                              {"Rodas5": ja.Rodas5(), "Kvaerno5": ja.Kvaerno5()},
                              diffrax.Kvaerno5(), max_steps=16384)
     kind, batch = workload.rsplit("-", 1)
-    make_case, dtype = PROBLEMS[kind]
-    with precision(dtype):
-        case = make_case(int(batch))
-        data = (case.params, case.y0s, case.targets)
+    with problem_case(kind, int(batch)) as (case, data):
         calls = {}
         for m in MODES:
             with mode(m):

@@ -61,7 +61,7 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
 
     sys.path.insert(0, HERE)
     from _common import time_interleaved
-    from bench_timeseries import PROBLEMS, operation, precision
+    from bench_timeseries import operation, precision, problem_case
 
     from jaxadjoint.problems import robertson_problem, van_der_pol_problem
     from jaxadjoint.problems.robertson import robertson_rhs
@@ -134,10 +134,7 @@ def _child(mode: str, workloads: list[str], budget: float, output: str) -> None:
                 timings = _time(calls, budget, time_interleaved)
         else:
             kind, batch = workload.rsplit("-", 1)
-            make_case, dtype = PROBLEMS[kind]
-            with precision(dtype):
-                case = make_case(int(batch))
-                data = (case.params, case.y0s, case.targets)
+            with problem_case(kind, int(batch)) as (case, data):
                 calls = {}
                 for method in ("jaxadjoint", "diffrax"):
                     for op, label in (("value_and_grad", "gradient"), ("forward", "forward")):

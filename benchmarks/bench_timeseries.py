@@ -277,6 +277,16 @@ def precision(dtype: str) -> Iterator[None]:
         jax.config.update("jax_enable_x64", previous)
 
 
+@contextlib.contextmanager
+def problem_case(kind: str, batch: int) -> Iterator[tuple[Case, tuple]]:
+    """``(case, data)`` of problem ``kind`` at ``batch`` trajectories, built and used in its
+    precision; ``data`` is the loss's arguments ``(params, y0s, targets)``."""
+    make, dtype = PROBLEMS[kind]
+    with precision(dtype):
+        case = make(batch)
+        yield case, (case.params, case.y0s, case.targets)
+
+
 # --- the functions being timed -----------------------------------------------------------------
 
 
@@ -369,10 +379,7 @@ def bench_case(kind: str, batch: int, ops: list[str], options: argparse.Namespac
     for both libraries; `forward` and `lax_map` come after it and may reuse some of their
     library's inner traces (alike for both libraries).
     """
-    make, dtype = PROBLEMS[kind]
-    with precision(dtype):
-        case = make(batch)
-        data = (case.params, case.y0s, case.targets)
+    with problem_case(kind, batch) as (case, data):
         keys = [(m, op) for op in OPERATIONS if op in ops for m in METHODS
                 if not (op == "lax_map" and batch == 1)]
         jax.clear_caches()
@@ -405,7 +412,7 @@ def bench_case(kind: str, batch: int, ops: list[str], options: argparse.Namespac
     for method, op in keys:
         timing = timings[(method, op)]
         record = {
-            "problem": kind, "batch": batch, "dtype": dtype, "method": method,
+            "problem": kind, "batch": batch, "dtype": PROBLEMS[kind][1], "method": method,
             "operation": op, "time_median_s": timing.median, "time_min_s": timing.min,
             "time_max_s": timing.max, "cpu_median_s": timing.cpu_median,
             "repeats": timing.repeats, "calls_per_repeat": timing.number,
