@@ -277,8 +277,9 @@ def write_row(rows: DenseRows, where: Array, n: Array, tau: Array, h: Array, y: 
     With a ``window``, ``rows`` holds that window's buffers (``count`` is the whole's, and
     ``k`` is a tuple of one buffer per stage).
     """
-    slot = jnp.minimum(rows.count, rows.size - 1)
-    if window is not None:
+    if window is None:
+        slot = jnp.minimum(rows.count, rows.size - 1)
+    else:
         slot = jnp.minimum(rows.count, window.num_rows - 1) - window.row_start
         first_save = first_save - window.save_start
 
