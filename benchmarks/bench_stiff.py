@@ -11,8 +11,9 @@ parameters ``args``:
 
 Timed in the same run, interleaved: diffrax's `Kvaerno5` (Newton iterations, its default
 `RecursiveCheckpointAdjoint`, `PIDController`) at ``rtol`` 1e-6 and 1e-8, and ours --
-`Rodas5` (Rosenbrock), `Kvaerno5` (the same ESDIRK method as diffrax's) with the default
-`StoreStates`, and both with `StoreStages` (Kvaerno5: no Newton replay in the reverse pass;
+`Rodas5` (Rosenbrock), `Kvaerno5` (the same ESDIRK method as diffrax's) with `StoreStates`
+(Rodas5's default; Kvaerno5's until 2026-11-27), and both with `StoreStages` (Kvaerno5's
+default since) (Kvaerno5: no Newton replay in the reverse pass;
 Rodas5: the increments ``U_i`` kept, no stage chain in the reverse pass) --
 over a sweep of ``rtol`` (1e-5 .. 1e-11), so that each diffrax run can be compared with
 ours at equal ``rtol`` *and* at equal or better accuracy (the cheapest of our runs whose

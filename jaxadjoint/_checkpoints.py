@@ -7,14 +7,17 @@ the forward loop, `Recursive`'s replay and the reverse step separately and may r
 same operations differently in each (`_reverse` says how).  They trade memory against
 recomputation:
 
-- `StoreStates` (default): keep ``y_n``; recompute the stages in the reverse pass.
+- `StoreStates` (the default but for Newton-iterated solvers): keep ``y_n``; recompute the
+  stages in the reverse pass.
   Memory ``O(max_steps * N)``; ``s`` extra rhs evaluations per step, which the
   vector–Jacobian products need anyway for their linearisation point.
 - `StoreStages`: keep every live stage value ``Y_m`` (a Rosenbrock step: ``y_n`` and its
   increments ``U_i``, `StepOutput.stages`); no stage recomputation, and the stage
   linearisations of a step are independent of each other.  Memory
   ``O(max_steps * s * N)``; it pays only when the stage chain itself is expensive
-  (Newton-iterated and Rosenbrock stages).
+  (Newton-iterated and Rosenbrock stages).  The default of Newton-iterated solvers
+  (`DiscreteAdjoint.checkpoint_for`): their stages, solved again, need not be the same
+  iterate.
 
 Their records are allocated, not filled (`_uninitialised`): memory (address space) is
 ``O(max_steps)``, time and resident memory follow the steps taken.

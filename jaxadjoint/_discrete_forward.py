@@ -217,6 +217,8 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     direction = problem.direction
     (ys_r, q_r, rows_r, ev_r), (ys_dot, q_dot, rows_dot, ev_dot) = jax.jvp(
         run, (problem,), (problem_dot,))
+    if system.solver.keeps_stages_by_default:
+        ys_dot = _fail_if_replay_drifted(system, out.ys, ys_r, ys_dot)
     # Value of the solve, derivative of the replay (their values agree to round-off);
     # under an outer `jax.jvp` (e.g. `jax.hessian`) the replay carries the outer tangent.
     ys = out.ys + (ys_r - jax.lax.stop_gradient(ys_r))
@@ -240,6 +242,35 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record), dense_dot,
                           event_dot)
     return primal, tangent
+
+
+# How far (in units of the error tolerance ``atol + rtol |y|``) the replay of a solve with
+# Newton-iterated stages may end from the solve's own saves (`_fail_if_replay_drifted`).
+REPLAY_DRIFT_MAX = 1.0
+
+
+def _fail_if_replay_drifted(system: System, ys: Array, ys_replay: Array, ys_dot: Array
+                            ) -> Array:
+    """``ys_dot``, failing at run time if the replay's saves left the solve's.
+
+    The replay solves Newton-iterated stages (`Kvaerno5`) again, in another compiled
+    program, and its iteration may stop at other iterates within its tolerance; over many
+    steps the replayed trajectory can drift, and its tangent is then that of another
+    trajectory (Robertson in float32 to t = 4e5: 19 % off, then NaN).  Explicit and
+    Rosenbrock replays agree with the solve to round-off and are not checked.
+    """
+    ys, ys_replay = jax.lax.stop_gradient((ys, ys_replay))
+    scale = system.tol.atol + system.tol.rtol * jnp.abs(ys)
+    gap = jnp.where(jnp.isfinite(ys), jnp.abs(ys_replay - ys) / scale, 0)
+    drifted = ~jnp.all(gap <= REPLAY_DRIFT_MAX)
+    return eqx.error_if(
+        ys_dot, drifted,
+        "DiscreteForward: the replay of the solve, which solves the implicit stages again "
+        "to take their tangents, ended more than the error tolerance away from the solve "
+        "(Newton's iteration stopped at other iterates; this happens on long, stiff "
+        "horizons, and in float32). Its derivative would be that of another trajectory. "
+        "Use ForwardSensitivity, DiscreteAdjoint (which keeps the solve's own stages), "
+        "float64, or a Rosenbrock solver (Rodas5).")
 
 
 class DiscreteForward(AbstractSensitivity):

@@ -50,6 +50,10 @@ from ._validation import input_result, save_times_valid
 from .solvers._base import StepOutput
 from .solvers._explicit import stage_time
 
+# The smallest step, as a fraction of |t1 - t0|, that an adaptive solve may shrink to near
+# t = 0 (`advance`): 2^-74, i.e. 16 eps sqrt(eps) of float64 in every precision.
+MIN_STEP_FRACTION = 2.0**-74
+
 
 class Recorder(eqx.Module):
     """What the forward loop keeps for the reverse pass, beyond the step grid.
@@ -383,16 +387,22 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         if controller.adaptive:
             # A step is too small when it barely moves t where the solve is (not where it
             # ends: a long horizon such as Robertson's [0, 4e10] needs steps far below
-            # eps * t1 early on); the floor, sqrt(eps) of the interval, stops a solve that
-            # cannot leave t = 0 (a NaN right-hand side) after a few dozen rejections.
-            scale = jnp.maximum(jnp.maximum(jnp.abs(tau), jnp.abs(tau_next)),
-                                jnp.sqrt(eps) * jnp.abs(tau1 - tau0))
-            too_small = ~accept & (h_next <= 16 * eps * scale)
+            # eps * t1 early on).  The floor, a fixed fraction of the interval, stops a
+            # solve that cannot leave t = 0 (a NaN right-hand side) after a few dozen
+            # rejections.  It does not scale with eps: Robertson in float32 to t = 4e7
+            # needs first steps of ~1e-6, under sqrt(eps) eps |t1 - t0| = 0.03.
+            floor = MIN_STEP_FRACTION * jnp.abs(tau1 - tau0)
+            too_small = ~accept & (h_next <= jnp.maximum(
+                16 * eps * jnp.maximum(jnp.abs(tau), jnp.abs(tau_next)), floor))
             result = RESULTS.where(too_small, RESULTS.nonfinite, result)
             result = RESULTS.where(too_small & finite, RESULTS.step_size_too_small, result)
             result = RESULTS.where(too_small & ~converged, RESULTS.newton_failed, result)
         else:
+            # A fixed step cannot shrink: the first failed attempt ends the solve.  An
+            # implicit step whose Newton iteration failed is reported as such, though
+            # its error estimate is then infinite.
             result = RESULTS.where(~finite, RESULTS.nonfinite, result)
+            result = RESULTS.where(~converged, RESULTS.newton_failed, result)
 
         new_tau = jnp.where(accept, tau_next, tau)
         new_y = jnp.where(accept, step.y_new, y)

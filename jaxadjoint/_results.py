@@ -30,9 +30,11 @@ class RESULTS(eqx.Enumeration):
     )
     newton_failed = (
         "Newton's method did not converge on the stages of the implicit solver, even "
-        "with the step size shrunk to the resolution of the time variable. Check `rhs` "
-        "for NaN/Inf or non-smooth terms and the Jacobian `d rhs / dy` for "
-        "singularities; or increase `max_newton_iterations` / use a Rosenbrock solver."
+        "with the step size shrunk to the resolution of the time variable (with a fixed "
+        "step, `ConstantStep` or `StepTo`: at that step; take smaller steps or an "
+        "adaptive controller). Check `rhs` for NaN/Inf or non-smooth terms and the "
+        "Jacobian `d rhs / dy` for singularities; or increase `max_newton_iterations` / "
+        "use a Rosenbrock solver."
     )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import Health, healthy, observe
+from ._adjoint_health import Health, healthy, observe, step_weight
 from ._lanes import any_lane_cond
 from ._save_cotangents import (
     SaveCotangents,
@@ -520,7 +520,8 @@ def reverse_sweep(
                 (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
                 pbar, rows, slot,
             )
-        health = observe(health, n, tau, lam_in, lam, kbar_saves)
+        health = observe(health, n, tau, lam_in, lam, kbar_saves,
+                         step_weight(y, stages, system.tol.atol))
         return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)

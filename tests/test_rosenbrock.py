@@ -400,3 +400,17 @@ def test_stiff_problem_gradient_is_the_replays(case):
     assert max_rel_diff(ours[0], reference[0]) < 1e-11
     ours_p, ref_p = np.atleast_1d(ours[1]), np.atleast_1d(reference[1])
     assert np.all(np.abs(ours_p - ref_p) <= 1e-11 * np.abs(ref_p)), (ours_p, ref_p)
+
+
+def test_float32_long_horizon_starts():
+    """Robertson in float32 to t = 4e7 needs first steps of ~1e-6; the floor that stops a
+    solve stuck at t = 0 is a fixed fraction of the interval, not one that grows with
+    float32's eps (it was 0.03 here, and the solve gave up after one rejection)."""
+    y0 = ROBERTSON.y0.astype(jnp.float32)
+    args = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), ROBERTSON.args)
+    sol = ja.solve(ROBERTSON.rhs, y0, 0.0, 4e7, args, solver=ja.Rodas5(), rtol=1e-3,
+                   atol=1e-6, throw=False)
+    assert sol.result == ja.RESULTS.successful, sol.result
+    assert sol.ys.dtype == jnp.float32
+    # y1(4e7) = 5.2e-5 (float64 reference at rtol 1e-10: 5.2036e-05).
+    np.testing.assert_allclose(np.asarray(sol.ys[-1, 0]), 5.2036e-5, rtol=2e-2)

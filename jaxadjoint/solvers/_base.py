@@ -99,6 +99,10 @@ class AbstractSolver(eqx.Module):
     # Whether the reverse sweep may collect stage rows (`_reverse.StageCotangents`) and take
     # their parameter adjoint in blocks: true for explicit Runge–Kutta methods only.
     stage_rows: ClassVar[bool] = False
+    # Whether `DiscreteAdjoint()` keeps every stage value by default (`StoreStages`): for
+    # Newton-iterated stages, which a reverse pass cannot recompute to round-off
+    # (`_esdirk`, "How exact").
+    keeps_stages_by_default: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod

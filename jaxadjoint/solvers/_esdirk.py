@@ -371,6 +371,7 @@ class AbstractESDIRK(AbstractStiffFamily):
     """
 
     tableau: ClassVar[ESDIRKTableau]
+    keeps_stages_by_default: ClassVar[bool] = True
     kappa: float = 1e-2
     max_newton_iterations: int = eqx.field(static=True, default=10)
     filter_error: bool = eqx.field(static=True, default=False)
