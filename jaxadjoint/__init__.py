@@ -3,6 +3,7 @@
 The discrete adjoint of adaptive explicit Runge–Kutta methods, behind one `solve`.
 """
 
+from . import _jax_workarounds  # noqa: F401  (JAX rules the transformations need)
 from ._adjoint import DiscreteAdjoint as DiscreteAdjoint
 from ._allocator import retain_freed_memory as retain_freed_memory
 from ._checkpoints import (

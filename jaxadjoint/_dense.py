@@ -401,7 +401,8 @@ def interpolate(
 
     Each time is evaluated on the row of the step with ``t_n <= tau < t_{n+1}`` (the last
     row, the final state, for ``tau = t_T``); times past the last row (a solve that
-    stopped early) give NaN.  ``index`` gives the rows when ``taus`` are the save times
+    stopped early) give NaN, and so do times before the first (a solve whose save times
+    were invalid and that never started).  ``index`` gives the rows when ``taus`` are the save times
     (`save_rows`); other times are searched (`find_rows`).  Differentiable in
     ``rows.y``, ``rows.k`` and ``taus``; ``rows.tau`` and ``rows.h`` are constants.
     """
@@ -418,7 +419,8 @@ def interpolate(
     w = weights.weight_matrix((taus - tau_n) / h)
     ys = continuous_extension(at(rows.y), h, [w[:, i] for i in range(w.shape[1])], at(rows.k))
     last = jax.lax.stop_gradient(rows.tau[jnp.maximum(rows.count - 1, 0)])
-    return jnp.where((taus > last)[:, None], jnp.nan, ys)
+    outside = (taus > last) | (taus < jax.lax.stop_gradient(rows.tau[0]))
+    return jnp.where(outside[:, None], jnp.nan, ys)
 
 
 def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Array) -> Array:
@@ -486,6 +488,10 @@ class DenseInterpolation(eqx.Module):
         Returns a pytree like ``y0``; with an array of times each leaf gets a leading
         time axis.  Times outside the solved interval give NaN.
         """
+        if self.rows.tau.ndim > 1:
+            raise ValueError(
+                "`evaluate` works on one solution; this one holds a batch (from `jax.vmap`). "
+                "Evaluate each: `jax.vmap(lambda sol: sol.evaluate(t))(sol)`")
         t = jnp.asarray(t, self.rows.tau.dtype)
         if t.ndim > 1:
             raise ValueError(f"`evaluate` takes a scalar or a 1-D array of times, got {t.shape}")

@@ -10,8 +10,10 @@ the times) the whole adaptive solve is repeated with ``x_k`` bumped by
 where ``P`` counts only the inputs that are being differentiated.  Each perturbed solve
 chooses its own steps, so the result carries the solver's error divided by ``h`` as well
 as the truncation error of the difference: it stagnates around ``1e-7`` relative at best
-(``step ~ 1e-6``).  A bump that would move a time past ``t0``, ``t1`` or a neighbouring
-save time is taken on the other side only.
+(``step ~ 1e-6``).  A bump that would move ``t0`` or ``t1`` past a save time, or a save
+time out of ``[t0, t1]``, is taken on the other side only.  A save time may pass its
+neighbours: the bumped solve saves at the sorted times and its saves are put back in the
+caller's order (repeated save times, and saves at ``t0`` or ``t1``, get their derivative).
 
 The Jacobian is attached as a custom JVP with tangent ``J xdot`` — linear, so `jax.jvp`,
 `jax.jacfwd`, `jax.grad` and `jax.jacrev` all work, each at the cost above (the
@@ -38,9 +40,21 @@ from ._system import Problem, System
 
 
 def _valid(problem: Problem, reference: Problem) -> Array:
-    """Whether the times of ``problem`` are ordered like those of ``reference``."""
-    times = jnp.concatenate([problem.t0[None], problem.ts, problem.t1[None]])
-    return jnp.all(reference.direction * jnp.diff(times) >= 0) & (problem.t0 != problem.t1)
+    """Whether ``problem`` runs in the direction of ``reference`` and its save times lie
+    in ``[t0, t1]`` (in any order: `_solve_sorted`)."""
+    direction = reference.direction
+    inside = (jnp.all(direction * (problem.ts - problem.t0) >= 0)
+              & jnp.all(direction * (problem.t1 - problem.ts) >= 0))
+    return inside & (direction * (problem.t1 - problem.t0) > 0)
+
+
+def _solve_sorted(system: System, problem: Problem) -> tuple[Array, Array, Array]:
+    """``(ys, integral, result)`` of ``problem`` with its save times in any order: solved
+    at the sorted times, the saves returned in the order of ``problem.ts``."""
+    order = jnp.argsort(problem.direction * problem.ts, stable=True)
+    fwd = forward_loop(system, eqx.tree_at(lambda p: p.ts, problem, problem.ts[order]),
+                       Recorder())
+    return fwd.ys[jnp.argsort(order)], fwd.integral, fwd.result
 
 
 @eqx.filter_custom_jvp
@@ -62,10 +76,9 @@ def _solve_jvp(primals, tangents):
 
     def evaluate(xk: Array) -> tuple[Array, Array]:
         p = combine(unravel(xk), off)
-        fwd = forward_loop(system, p, Recorder())
-        ok = (fwd.result == RESULTS.successful) & _valid(p, problem)
-        flat = jnp.concatenate([fwd.ys.reshape(-1), fwd.integral])
-        return flat, ok
+        ys, integral, result = _solve_sorted(system, p)
+        ok = (result == RESULTS.successful) & _valid(p, problem)
+        return jnp.concatenate([ys.reshape(-1), integral]), ok
 
     def bumped(k: Array, sign: float) -> tuple[Array, Array, Array]:
         h = fd.step * jnp.maximum(1.0, jnp.abs(x[k]))
@@ -98,7 +111,8 @@ def _solve_jvp(primals, tangents):
     jac = fail_if_differentiated_failure(system, jac, out.record.result)
     jac = eqx.error_if(
         jac, ~jnp.all(oks),
-        "A perturbed solve of `FiniteDifferences` failed; use a smaller `step` or "
+        "A perturbed solve of `FiniteDifferences` failed, or an input could not be "
+        "bumped to either side (a time out of [t0, t1]); use a smaller `step` or "
         "increase `max_steps`",
     )
     # Differences of solves whose steps ride the stability boundary are as untrustworthy

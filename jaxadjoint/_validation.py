@@ -55,6 +55,8 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
     """A real array of ``dtype`` from a Python number or array; complex is an error."""
     if eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x), jnp.complexfloating):
         raise ValueError(f"`{name}` must be real, got a complex value")
+    if eqx.is_array_like(x) and jnp.result_type(x) == jnp.bool_:
+        raise ValueError(f"`{name}` must be real numbers, got booleans")
     if not eqx.is_array_like(x):
         raise ValueError(f"`{name}` must be a real number or array, got {type(x).__name__}")
     # A concrete value (a Python number inside `solve`) stays a NumPy array, so that its

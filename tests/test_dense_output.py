@@ -181,6 +181,14 @@ def test_evaluate_needs_a_dense_solution():
         sol.evaluate(0.5)
 
 
+def test_evaluate_of_a_batch_says_to_vmap():
+    sols = jax.vmap(lambda theta: ja.solve(lotka_volterra, Y0, 0.0, 1.0, theta,
+                                           saveat=ja.SaveAt(dense=True)))(
+        jnp.stack([THETA, THETA]))
+    with pytest.raises(ValueError, match=r"holds a batch.*jax.vmap"):
+        sols.evaluate(0.5)
+
+
 def test_dense_needs_a_supporting_method():
     with pytest.raises(ValueError, match="not supported with `sensitivity=ContinuousAdjoint"):
         ja.solve(lotka_volterra, Y0, 0.0, 1.0, THETA, saveat=ja.SaveAt(dense=True),
@@ -193,8 +201,9 @@ def test_dense_needs_a_supporting_method():
         (lambda: ja.SaveAt(land_on_ts=True), "needs save times"),
         (lambda: ja.SaveAt(ts=TS, dense=1), "must be True or False"),
         (lambda: "0.5", "must be None, a 1-D array"),
+        (lambda: jnp.array([False, True]), "must be real numbers, got booleans"),
     ],
-    ids=["land-without-ts", "dense-not-bool", "string"],
+    ids=["land-without-ts", "dense-not-bool", "string", "booleans"],
 )
 def test_bad_saveat_options(make_saveat, match):
     with pytest.raises((TypeError, ValueError), match=match):
@@ -221,6 +230,8 @@ def test_bad_save_times_inside_jit_fail_through_result(ts):
     ``throw=True`` the run-time error carries the same message."""
     sol = _no_throw(jnp.asarray(ts))
     assert sol.result == ja.RESULTS.invalid_save_times
+    # No save of a solve that did not start is a number (one before t0 was extrapolated).
+    assert np.all(np.isnan(np.asarray(sol.ys)))
     assert "`saveat` must hold finite times" in ja.RESULTS[ja.RESULTS.invalid_save_times]
 
     with pytest.raises(eqx.EquinoxRuntimeError, match="`saveat` must hold finite times"):

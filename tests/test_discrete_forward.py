@@ -79,3 +79,36 @@ def test_lanes_under_vmap_skip_chunks_no_lane_needs():
             np.testing.assert_allclose(a[i], b, rtol=1e-12, atol=1e-14)
         for a, b in zip(lane_grads, grad(args, y0)):
             np.testing.assert_allclose(a[i], b, rtol=1e-12, atol=1e-14)
+
+
+_GRAD_OF_VMAPPED_SOLVES = """
+import sys
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+import jaxadjoint as ja
+assert "diffrax" not in sys.modules and "lineax" not in sys.modules
+
+def loss(k, sensitivity):
+    solve = lambda y0: ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, k,
+                                sensitivity=sensitivity).ys
+    return jnp.sum(jax.vmap(solve)(jnp.array([[1.0, 2.0], [0.5, 0.1]])))
+
+k = jnp.array([0.5, 1.5])
+forward = jax.grad(loss)(k, ja.DiscreteForward())
+adjoint = jax.grad(loss)(k, ja.DiscreteAdjoint())
+print(float(jnp.max(jnp.abs(forward - adjoint) / jnp.abs(adjoint))))
+"""
+
+
+def test_grad_of_vmapped_solves():
+    """`jax.grad` of a loss that `jax.vmap`s `DiscreteForward` solves (the batched
+    training pattern): the replay's per-solve `cond` becomes a batched one, whose operands
+    JAX wraps in ``stop_gradient``, which had no transpose (`_jax_workarounds`).  In a
+    fresh process without diffrax, whose lineax registers the same rule."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _GRAD_OF_VMAPPED_SOLVES],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split()[-1]) < 1e-12, out.stdout

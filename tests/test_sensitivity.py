@@ -166,6 +166,21 @@ def test_against_closed_form_sensitivities(method, bound):
     assert max_rel_diff(got, exact) < bound
 
 
+def test_finite_differences_of_repeated_and_end_save_times():
+    """Save times repeated (twice, three times) and at ``t0`` and ``t1``: a bumped time
+    may pass its neighbours (the perturbed solve saves at the sorted times), and one at
+    an end is bumped inward.  Before, such columns failed as "a perturbed solve failed".
+    ``y' = -k y``: ``dy(t_j)/dt_j = -k y0 exp(-k t_j)``."""
+    ts = jnp.array([0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 2.0, 2.0])
+
+    def saves(ts):
+        return ja.solve(lambda t, y, k: -k * y, jnp.array([1.0]), 0.0, 2.0, 0.7, saveat=ts,
+                        rtol=1e-10, atol=1e-10, sensitivity=ja.FiniteDifferences()).ys[:, 0]
+
+    got = jnp.diagonal(jax.jacrev(saves)(ts))
+    np.testing.assert_allclose(got, -0.7 * jnp.exp(-0.7 * ts), rtol=1e-5)
+
+
 # --- second order and the sensitivity trajectory ------------------------------------------
 
 
