@@ -401,8 +401,7 @@ def interpolate(
 
     Each time is evaluated on the row of the step with ``t_n <= tau < t_{n+1}`` (the last
     row, the final state, for ``tau = t_T``); times past the last row (a solve that
-    stopped early) give NaN, and so do times before the first (a solve whose save times
-    were invalid and that never started).  ``index`` gives the rows when ``taus`` are the save times
+    stopped early) give NaN.  ``index`` gives the rows when ``taus`` are the save times
     (`save_rows`); other times are searched (`find_rows`).  Differentiable in
     ``rows.y``, ``rows.k`` and ``taus``; ``rows.tau`` and ``rows.h`` are constants.
     """
@@ -419,8 +418,7 @@ def interpolate(
     w = weights.weight_matrix((taus - tau_n) / h)
     ys = continuous_extension(at(rows.y), h, [w[:, i] for i in range(w.shape[1])], at(rows.k))
     last = jax.lax.stop_gradient(rows.tau[jnp.maximum(rows.count - 1, 0)])
-    outside = (taus > last) | (taus < jax.lax.stop_gradient(rows.tau[0]))
-    return jnp.where(outside[:, None], jnp.nan, ys)
+    return jnp.where((taus > last)[:, None], jnp.nan, ys)
 
 
 def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Array) -> Array:

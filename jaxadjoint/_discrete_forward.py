@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
+from ._checkpoints import StoreStages
 from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_rows
 from ._events import event_state
 from ._forward import EventRecord, Recorder, forward_loop, quadrature_increment
@@ -85,7 +86,8 @@ REPLAY_CHUNK = 16
 
 
 def replay(
-    system: System, problem: Problem, grid: Array, num_accepted: Array, rows: DenseRows
+    system: System, problem: Problem, grid: Array, num_accepted: Array, rows: DenseRows,
+    stages: Array | None = None,
 ) -> tuple[Array, Array, DenseRows]:
     """Re-run the solve on a fixed grid: ``(ys, integral, rows)``, differentiable by JAX.
 
@@ -95,7 +97,8 @@ def replay(
     from which the saves are evaluated.  Derivatives follow the continuous time formulas
     for ``t0``/``t1`` (module docstring; the ``stop_gradient`` differences below are zero
     in value and carry only the tangent), and the interpolant's time derivative for the
-    save times.
+    save times.  ``stages``: the stage values the solve kept (`StoreStages`), for solvers
+    whose stages are not solved again (`AbstractSolver.replay_step`).
     """
     params, direction = problem.params, problem.direction
     grid = jax.lax.stop_gradient(grid)
@@ -125,7 +128,10 @@ def replay(
         y, q, j = state
         tau, tau_next = grid[n], grid[n + 1]
         h = tau_next - tau
-        step = solver.step(f, tau, y, h, f(tau, y), tau_next)
+        if stages is None:
+            step = solver.step(f, tau, y, h, f(tau, y), tau_next)
+        else:
+            step = solver.replay_step(f, tau, y, h, f(tau, y), tau_next, stages[n])
         if system.has_integrand:
             q = q + quadrature_increment(system, tau, h, step, params, direction)
         k_next = step.ks[-1] if solver.fsal else f(tau_next, step.y_new)
@@ -195,7 +201,9 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     problem_dot = tangents[0]
     # The grid is recorded by an undifferentiated solve: its decisions are constants.
     fixed = jax.lax.stop_gradient(problem)
-    fwd = forward_loop(system, fixed, Recorder())
+    # Newton-iterated stages are kept and not solved again by the replay (`replay_step`).
+    keep = system.solver.keeps_stages_by_default
+    fwd = forward_loop(system, fixed, StoreStages() if keep else Recorder())
     out = to_solve_output(system, fixed, fwd)
     # Every derivative reads the recorded grid: a failed solve stops here, as it does in
     # `DiscreteAdjoint`'s backward pass (with throw=True the solve raised its own error).
@@ -206,7 +214,8 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     problem_dot = materialise_tangent(problem, problem_dot)
 
     def run(p: Problem) -> tuple[Array, Array, DenseRows, Any]:
-        ys, q, rows = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows)
+        ys, q, rows = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows,
+                             fwd.store if keep else None)
         if fwd.event is None:
             return ys, q, rows, None
         tau, y = replay_event(system, p, rows, fwd.event)
@@ -217,8 +226,6 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     direction = problem.direction
     (ys_r, q_r, rows_r, ev_r), (ys_dot, q_dot, rows_dot, ev_dot) = jax.jvp(
         run, (problem,), (problem_dot,))
-    if system.solver.keeps_stages_by_default:
-        ys_dot = _fail_if_replay_drifted(system, out.ys, ys_r, ys_dot)
     # Value of the solve, derivative of the replay (their values agree to round-off);
     # under an outer `jax.jvp` (e.g. `jax.hessian`) the replay carries the outer tangent.
     ys = out.ys + (ys_r - jax.lax.stop_gradient(ys_r))
@@ -244,35 +251,6 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     return primal, tangent
 
 
-# How far (in units of the error tolerance ``atol + rtol |y|``) the replay of a solve with
-# Newton-iterated stages may end from the solve's own saves (`_fail_if_replay_drifted`).
-REPLAY_DRIFT_MAX = 1.0
-
-
-def _fail_if_replay_drifted(system: System, ys: Array, ys_replay: Array, ys_dot: Array
-                            ) -> Array:
-    """``ys_dot``, failing at run time if the replay's saves left the solve's.
-
-    The replay solves Newton-iterated stages (`Kvaerno5`) again, in another compiled
-    program, and its iteration may stop at other iterates within its tolerance; over many
-    steps the replayed trajectory can drift, and its tangent is then that of another
-    trajectory (Robertson in float32 to t = 4e5: 19 % off, then NaN).  Explicit and
-    Rosenbrock replays agree with the solve to round-off and are not checked.
-    """
-    ys, ys_replay = jax.lax.stop_gradient((ys, ys_replay))
-    scale = system.tol.atol + system.tol.rtol * jnp.abs(ys)
-    gap = jnp.where(jnp.isfinite(ys), jnp.abs(ys_replay - ys) / scale, 0)
-    drifted = ~jnp.all(gap <= REPLAY_DRIFT_MAX)
-    return eqx.error_if(
-        ys_dot, drifted,
-        "DiscreteForward: the replay of the solve, which solves the implicit stages again "
-        "to take their tangents, ended more than the error tolerance away from the solve "
-        "(Newton's iteration stopped at other iterates; this happens on long, stiff "
-        "horizons, and in float32). Its derivative would be that of another trajectory. "
-        "Use ForwardSensitivity, DiscreteAdjoint (which keeps the solve's own stages), "
-        "float64, or a Rosenbrock solver (Rodas5).")
-
-
 class DiscreteForward(AbstractSensitivity):
     """Forward mode through the recorded Runge–Kutta steps.
 
@@ -283,7 +261,9 @@ class DiscreteForward(AbstractSensitivity):
     there are few inputs and many outputs (e.g. a whole sensitivity trajectory).
     `jax.grad`, `jax.jacrev` and `jax.hessian` also work, by transposing the replay
     (memory ``O(max_steps)`` stage values); `DiscreteAdjoint` is the faster reverse mode.
-    ``accept_stiff_steps`` as for `DiscreteAdjoint`.
+    ``accept_stiff_steps`` as for `DiscreteAdjoint`.  With a Newton-iterated solver
+    (`Kvaerno5`) the solve keeps its stage values (``max_steps x s x N``, as
+    `StoreStages`) and the replay linearises at them rather than solving them again.
     """
 
     accept_stiff_steps: bool = eqx.field(static=True, default=False)

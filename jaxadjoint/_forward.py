@@ -529,6 +529,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)
         ys = interpolate(plan.weights, rows, taus, save_rows(rows))
+        # Saves before t0 exist only when the save times were invalid and the solve did
+        # not start: NaN, like the saves past its end, not the first row extrapolated.
+        ys = jnp.where((taus < tau0)[:, None], jnp.nan, ys)
         event = None
         if has_events:
             fired = final["fired"]

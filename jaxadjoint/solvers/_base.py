@@ -159,6 +159,16 @@ class AbstractSolver(eqx.Module):
     ) -> StepOutput:
         """One step of size ``h = t_next - t`` from ``(t, y)``; ``k1 = f(t, y)``."""
 
+    def replay_step(
+        self, f: FlatField, t: Array, y: Array, h: Array, k1: Array, t_next: Array,
+        stages: Array,
+    ) -> StepOutput:
+        """The step again, for `DiscreteForward`'s replay, given the ``stages`` the solve
+        kept (only where `keeps_stages_by_default`: Newton-iterated stages, which are
+        not solved again; `_esdirk`).  Others take the step anew."""
+        del stages
+        return self.step(f, t, y, h, k1, t_next)
+
     @abc.abstractmethod
     def reverse_step(
         self,

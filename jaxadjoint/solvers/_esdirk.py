@@ -77,7 +77,7 @@ from ._dense_lu import (
 from ._esdirk_tableaus import ESDIRKTableau
 from ._explicit import linear_combination
 from ._linear_solver import AbstractFactorisation, DenseLU
-from ._newton import implicit_slope, solve_transposed_stage
+from ._newton import implicit_slope, recorded_slope, solve_transposed_stage
 from ._rosenbrock import _NODE_VALUES, _stage_time
 
 
@@ -146,6 +146,28 @@ def _step_and_factorisation(
     step = StepOutput(y_new, y_error, stages, ks, converged,
                       num_rhs_evals=jax.lax.stop_gradient(evaluations))
     return step, lu
+
+
+def esdirk_replay_step(
+    solver: AbstractESDIRK, f: FlatField, t: Array, y: Array, h: Array, k1: Array,
+    t_next: Array, stages: Array,
+) -> StepOutput:
+    """The step from ``(t, y)`` with the converged stage values ``stages (s, N)`` a solve
+    kept, for `DiscreteForward`'s replay: no Newton iteration; each slope is
+    ``(Z_i - base_i) / (gamma h)`` with its implicit-function-theorem tangent at ``Z_i``
+    (`_newton.recorded_slope`), so the tangent is taken on the solve's own stages."""
+    tableau = solver.tableau
+    hg = jax.lax.stop_gradient(tableau.gamma * h)
+    stages = jax.lax.stop_gradient(stages)
+    ks = [k1]
+    for i in range(1, tableau.num_stages):
+        base = linear_combination(y, h, tableau.a[i, :i], ks)
+        t_i = _stage_time(t, h, t_next, tableau.c[i])
+        fn = eqx.filter_closure_convert(lambda z, t_i=t_i: f(t_i, z), base)
+        ks.append(recorded_slope(fn, base, hg=hg, z=stages[i]))
+    y_new = linear_combination(y, h, tableau.b, ks)
+    return StepOutput(y_new, jnp.zeros_like(y), [stages[i] for i in range(len(ks))], ks,
+                      jnp.array(True))
 
 
 # States at least this large solve the transposed stage systems iteratively with the
@@ -392,6 +414,9 @@ class AbstractESDIRK(AbstractStiffFamily):
 
     def step(self, f, t, y, h, k1, t_next, linearisation=None) -> StepOutput:
         return esdirk_step(self, f, t, y, h, k1, t_next, linearisation)
+
+    def replay_step(self, f, t, y, h, k1, t_next, stages) -> StepOutput:
+        return esdirk_replay_step(self, f, t, y, h, k1, t_next, stages)
 
     def reverse_step(self, system, tau, t_next, y, stages, lam, mu, params, direction, pbar,
                      kbar_saves) -> tuple[Array, Any]:

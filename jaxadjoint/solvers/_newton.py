@@ -113,14 +113,9 @@ def implicit_slope(
     return newton_stage(fn, base, hg, guess, lu, scale, kappa, max_iterations)
 
 
-@implicit_slope.def_jvp
-def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_iterations):
-    fn, base = primals
-    fn_dot, base_dot = tangents
-    k, converged, iterations = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu,
-                                              scale=scale, kappa=kappa,
-                                              max_iterations=max_iterations)
-    z = base + hg * k
+def _slope_tangent(fn: Callable, fn_dot: Callable | None, base: Array,
+                   base_dot: Array | None, z: Array, hg: Array) -> Array:
+    """``dk = (I - hg J(z))^{-1} (J(z) dbase + f_p(z) dp)`` at the root ``z``."""
     if base_dot is None:
         base_dot = jnp.zeros_like(base)
     if fn_dot is None:
@@ -129,8 +124,40 @@ def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_i
         rhs = eqx.filter_jvp(lambda g, x: g(x), (fn, z), (fn_dot, base_dot))[1]
     jac = jax.jacfwd(fn)(z)
     matrix = jnp.eye(z.shape[0], dtype=z.dtype) - hg * jac
-    k_dot = lu_solve(lu_factor(matrix), rhs)
+    return lu_solve(lu_factor(matrix), rhs)
+
+
+@implicit_slope.def_jvp
+def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_iterations):
+    fn, base = primals
+    fn_dot, base_dot = tangents
+    k, converged, iterations = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu,
+                                              scale=scale, kappa=kappa,
+                                              max_iterations=max_iterations)
+    k_dot = _slope_tangent(fn, fn_dot, base, base_dot, base + hg * k, hg)
     return (k, converged, iterations), (k_dot, None, None)
+
+
+@eqx.filter_custom_jvp
+def recorded_slope(fn: Callable[[Array], Array], base: Array, *, hg: Array, z: Array
+                   ) -> Array:
+    """The slope of a stage whose converged value ``z`` a solve kept: ``(z - base) / hg``,
+    with the implicit-function-theorem tangent at ``z`` itself.
+
+    For a replay of that solve (`DiscreteForward`): solving the stage again, in another
+    compiled program, Newton's iteration can stop at another iterate within its
+    tolerance, and over many steps the replayed trajectory drifts from the solve's.
+    """
+    del fn
+    return (z - base) / hg
+
+
+@recorded_slope.def_jvp
+def _recorded_slope_jvp(primals, tangents, *, hg, z):
+    fn, base = primals
+    fn_dot, base_dot = tangents
+    k = recorded_slope(fn, base, hg=hg, z=z)
+    return k, _slope_tangent(fn, fn_dot, base, base_dot, z, hg)
 
 
 # Iterations of `solve_transposed_stage` before it hands over to the direct solve.  The
