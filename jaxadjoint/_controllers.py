@@ -124,9 +124,15 @@ class ConstantStep(AbstractController):
         # back, or the grid drifts and can stall.
         del h
         tau0, dt = state
-        # Index of the grid point at or just behind tau (tolerant of round-off).
-        n = jnp.floor((tau - tau0) / dt + 1e-9)
-        return tau0 + (n + 1) * dt
+        # Index of the grid point at or just behind tau, tolerant of the round-off of
+        # tau - tau0, which grows with |tau| and |tau0|: a fixed allowance (1e-9 once) is
+        # below float32's, and below float64's at t0 = 1e5 with dt = 1e-3; the grid point
+        # reached was then "just ahead" and the solve stalled on steps of zero length.
+        eps = jnp.finfo(jnp.result_type(tau)).eps
+        slack = 16 * eps * (jnp.abs(tau) + jnp.abs(tau0) + dt) / dt
+        n = jnp.floor((tau - tau0) / dt + slack)
+        following = tau0 + (n + 1) * dt
+        return jnp.where(following > tau, following, tau0 + (n + 2) * dt)
 
     def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
         del y, y_new, y_error, k0, h, solver, tol

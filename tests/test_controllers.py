@@ -163,3 +163,21 @@ def test_odeint_controller_rule():
     # The derivative term of the scale: h |f| adds to |y|.
     _, h_new, _ = c.adapt(Y, Y, scaled(0.7), jnp.ones(4), h, None, solver, TOL)
     np.testing.assert_allclose(h_new, 0.9 * (0.7 / 1.5) ** (-1 / 5))
+
+
+@pytest.mark.parametrize("t0, dt, dtype", [(0.3, 0.1, jnp.float32), (0.0, 0.01, jnp.float32),
+                                           (1e5, 1e-3, jnp.float64)],
+                         ids=["f32", "f32-small-dt", "f64-late-t0"])
+def test_constant_step_advances_through_round_off(t0, dt, dtype):
+    """``ConstantStep`` finds the grid point it stands on with an allowance for the
+    round-off of ``t - t0``: with a fixed 1e-9 it took the point it had reached for one
+    just ahead, and stalled on steps of zero length until `max_steps` (NaN with
+    ``throw=False``) in float32, and in float64 at ``t0 = 1e5``."""
+    steps = 20
+    t1 = t0 + steps * dt
+    sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(1, dtype), t0, t1, 0.7,
+                   controller=ja.ConstantStep(dt), max_steps=4 * steps, throw=False)
+    assert sol.result == ja.RESULTS.successful, sol.result
+    assert int(sol.stats["num_accepted_steps"]) == steps
+    np.testing.assert_allclose(np.asarray(sol.ys[0, 0]), np.exp(-0.7 * (t1 - t0)),
+                               rtol=1e-5 if dtype == jnp.float32 else 1e-9)
