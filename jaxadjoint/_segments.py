@@ -38,6 +38,7 @@ from ._events import Event
 from ._results import RESULTS
 from ._saveat import SaveAt
 from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
+from ._sensitivity_common import fail_when_differentiated
 from ._solution import EventLog, Solution
 from ._system import Problem, System
 
@@ -162,6 +163,10 @@ def jump_segments(
     stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
     if system.throw:
         ys, t_end, y_end = result.error_if((ys, t_end, y_end), result != RESULTS.successful)
+    # Each segment's own pass refuses its own failure; reaching `max_events` or chattering
+    # is decided here, after segments that succeeded.
+    ys, t_end, y_end, times, states = fail_when_differentiated(
+        system, (ys, t_end, y_end, times, states), result)
     return EventsOutput(ys=ys, t_end=t_end, y_end=y_end, times=times, states=states,
                         which=which, count=count, steps=steps, stats=stats, result=result)
 

@@ -81,6 +81,36 @@ def fail_if_differentiated_failure(system: Any, value: Any, result: Array) -> An
                         RESULTS[RESULTS.failed_solve_differentiated])
 
 
+@jax.custom_jvp
+def _fails_when_differentiated(value: Array, failed: Array) -> Array:
+    return value
+
+
+@_fails_when_differentiated.defjvp
+def _fails_when_differentiated_jvp(primals, tangents):
+    value, failed = primals
+    value_dot, _ = tangents
+    # The check is on a primal quantity the tangent is scaled by: under `jax.grad` it runs
+    # in the forward pass (a residual), where a check on the tangent itself would be
+    # dropped with the unused forward-mode half of the linearised program.
+    one = eqx.error_if(jnp.ones((), value.dtype), failed,
+                       RESULTS[RESULTS.failed_solve_differentiated])
+    return value, value_dot * one
+
+
+def fail_when_differentiated(system: Any, outputs: Any, result: Array) -> Any:
+    """``outputs`` (floating arrays), raising at run time in any derivative of them where
+    the solve failed and ``throw=False``; undifferentiated, they are returned as they are.
+
+    For failures decided outside every sensitivity method's own pass, such as an events
+    solve that reached ``max_events`` or chattered while each of its segments succeeded.
+    """
+    if system.throw:
+        return outputs
+    failed = result != RESULTS.successful
+    return jax.tree.map(lambda x: _fails_when_differentiated(x, failed), outputs)
+
+
 def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:
     """Constructor arguments of a `DerivedSystem` copying ``system``'s settings."""
     kwargs = dict(

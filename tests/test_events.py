@@ -490,6 +490,21 @@ def test_zeno_ball_fails_clearly():
     assert sol.result in (ja.RESULTS.max_events_reached, ja.RESULTS.event_chattering)
 
 
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.DiscreteForward()],
+                         ids=["adjoint", "forward"])
+def test_differentiating_a_solve_out_of_events_raises(sensitivity):
+    """A solve that reached `max_events` failed although each of its segments succeeded:
+    its derivative raises, as every failed solve's does (it was returned before)."""
+    p = FREE.at[0].set(0.5)  # the Zeno ball
+
+    def heights(p):
+        return jnp.sum(bouncing(p, sensitivity, max_events=2)[0][:3])
+
+    derivative = jax.grad if isinstance(sensitivity, ja.DiscreteAdjoint) else jax.jacfwd
+    with pytest.raises(Exception, match="solve that failed"):
+        jax.block_until_ready(jax.jit(derivative(heights))(p))
+
+
 def test_jump_changing_the_shape_is_rejected():
     event = ja.Event(lambda t, y, a: y[0] - 0.5, jump=lambda t, y, a: jnp.concatenate([y, y]))
     with pytest.raises(ValueError, match=r"events\[0\]\.jump` must return a state like `y0`"):
