@@ -79,11 +79,13 @@ def jump_segments(
     jumps: tuple[Any, ...],
     conditions: Any,
     max_events: int,
+    recorded: tuple[bool, ...] = (),
 ) -> EventsOutput:
     """Segments joined by jumps (module docstring).
 
     ``jumps[i](t, y)`` is the jump of condition ``i`` on the flat state in real time, or
     ``None`` for a terminal condition; ``conditions(t, y)`` all conditions, ``(E,)``.
+    ``recorded[i]``: condition ``i`` is only recorded (its "jump" is the identity).
     At most ``max_events`` jumps: a further one fails with `RESULTS.max_events_reached`.
     """
     direction = problem.direction
@@ -93,6 +95,7 @@ def jump_segments(
     eps = jnp.finfo(dtype).eps
     num_segments = max_events + 1
     is_jump = jnp.asarray([j is not None for j in jumps])
+    is_recorded = jnp.asarray(recorded or [False] * len(jumps))
     branches = [(lambda t, y, j=j: y if j is None else j(t, y)) for j in jumps]
     num_cond = len(jumps)
 
@@ -116,8 +119,12 @@ def jump_segments(
         y_plus = jax.lax.switch(jnp.maximum(e.which, 0), branches, e.t, e.y)
         # A condition the jump leaves at its zero (a bounce keeps the height) starts the
         # next segment at exactly zero, so its own root is not a crossing again.
+        # A recorded event leaves the state where it is, at the root just located: the
+        # condition starts there at zero whatever round-off is left in it (judged against
+        # the step's own values, a residual of 1e-15 on the far side of zero was taken
+        # for a fresh crossing, logged twice and stopped as chattering).
         g_plus = conditions(e.t, y_plus)
-        at_zero = jnp.abs(g_plus) <= 64 * eps * e.scale
+        at_zero = (jnp.abs(g_plus) <= 64 * eps * e.scale) | is_recorded
         zero_next = (jnp.arange(num_cond, dtype=jnp.int32) == e.which) & at_zero
         # Events piling up in a vanishing interval (a Zeno ball) end the solve.
         span = jnp.abs(tau_end - tau_start)
@@ -247,7 +254,9 @@ def solve_events(system: System, problem: Problem, sensitivity: AbstractSensitiv
                                      problem.direction)
 
         jumps = tuple(flat_jump(e) for e in events)
-        out = jump_segments(sensitivity, system, problem, jumps, conditions, max_events)
+        recorded = tuple(not e.terminal and e.jump is None for e in events)
+        out = jump_segments(sensitivity, system, problem, jumps, conditions, max_events,
+                            recorded)
     if saveat.ts is None:
         ts, ys = out.t_end[None], out.y_end[None]
     else:

@@ -505,6 +505,22 @@ def test_differentiating_a_solve_out_of_events_raises(sensitivity):
         jax.block_until_ready(jax.jit(derivative(heights))(p))
 
 
+@pytest.mark.parametrize("direction, tol", [("rising", 1e-8), ("falling", 1e-10)])
+def test_recorded_event_is_logged_once_per_crossing(direction, tol):
+    """``x = cos(2t)``: a recorded event (no jump) restarts at its root, where the
+    condition's round-off could lie on the far side of zero; it was taken for a new
+    crossing, logged twice and stopped as chattering."""
+    event = ja.Event(lambda t, y, w: y[0], direction=direction, terminal=False)
+    sol = ja.solve(lambda t, y, w: jnp.stack([y[1], -w**2 * y[0]]), jnp.array([1.0, 0.0]),
+                   0.0, 10.0, 2.0, events=event, max_events=12, rtol=tol, atol=tol,
+                   throw=False)
+    assert sol.result == ja.RESULTS.successful, sol.result
+    first = 0.75 * np.pi if direction == "rising" else 0.25 * np.pi
+    expected = first + np.pi * np.arange(3)
+    assert int(sol.events.count) == 3
+    np.testing.assert_allclose(np.asarray(sol.events.times[:3]), expected, rtol=1e-6)
+
+
 def test_jump_changing_the_shape_is_rejected():
     event = ja.Event(lambda t, y, a: y[0] - 0.5, jump=lambda t, y, a: jnp.concatenate([y, y]))
     with pytest.raises(ValueError, match=r"events\[0\]\.jump` must return a state like `y0`"):
