@@ -7,6 +7,7 @@ known at run time (traced times, tolerances, save times) are checked with
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import equinox as eqx
@@ -135,6 +136,13 @@ def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Arra
     if is_concrete(rtol) and is_concrete(atol):
         if bool(bad):
             raise ValueError(f"{msg}; got rtol={float(rtol)}, atol={float(atol)}")
+        eps = float(jnp.finfo(jnp.result_type(rtol)).eps)
+        if 0 < float(rtol) < eps:
+            warnings.warn(
+                f"rtol={float(rtol):g} is below the resolution of the state's dtype "
+                f"({jnp.result_type(rtol)}, eps = {eps:.3g}): the steps shrink until "
+                "round-off, not truncation, sets the error, which is then larger than at a "
+                "looser rtol. Loosen rtol, or solve in float64.", stacklevel=3)
         return rtol, atol
     if not throw:
         return rtol, atol
@@ -240,6 +248,12 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
         if not jnp.issubdtype(o.dtype, jnp.floating):
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
         state = jnp.result_type(y)
+        if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits > jnp.finfo(state).bits:
+            warnings.warn(
+                f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: the solve "
+                f"runs in {state}, the precision of `y0`, and its results are {state}-accurate. "
+                f"Pass `y0` as {o.dtype} for a {o.dtype} solve, or compute `{name}` in "
+                f"{state} (e.g. cast its parameters).", stacklevel=3)
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits < jnp.finfo(state).bits:
             # Cast up silently, the solve would run in the state's precision with slopes of
             # the lower one: errors far above a float64 tolerance, and gradients of them.

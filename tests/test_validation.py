@@ -8,6 +8,8 @@ failed solve reports ``sol.result`` and differentiating it raises.
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -480,3 +482,19 @@ def test_a_nan_jacobian_fails_a_stiff_solve_with_a_message_that_names_it():
     sol = ja.solve(rhs, jnp.full(1, 2.0), 0.0, 1.0, solver=ja.Rodas5(), throw=False)
     assert sol.result == ja.RESULTS.nonfinite
     assert "Jacobian" in ja.RESULTS[sol.result]
+
+
+def test_precision_surprises_warn():
+    """A float32 `y0` with an `rhs` that returns float64 (parameters made under x64) solves
+    in float32, silently before; and an `rtol` below float32's resolution only adds
+    round-off.  Both warn; a float64 solve at the same `rtol` does not."""
+    y0 = jnp.ones(1, jnp.float32)
+    # (The suite promotes strictly; users' programs promote float32 * float64 to float64.)
+    with jax.numpy_dtype_promotion("standard"), pytest.warns(
+            UserWarning, match="the solve runs in float32, the precision of `y0`"):
+        ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, jnp.asarray(0.5, jnp.float64))
+    with pytest.warns(UserWarning, match=r"rtol=1e-10 is below the resolution"):
+        ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
