@@ -204,6 +204,23 @@ class _AdaptiveController(AbstractController):
     def adaptive(self) -> bool:
         return True
 
+    def __check_init__(self) -> None:
+        """``0 < safety <= 1`` and ``0 < factor_min < 1 < factor_max`` where a controller
+        has them as Python numbers: other values never shrink a rejected step (or never
+        grow an accepted one), and the solve ran to `max_steps` blaming stiffness."""
+        def number(name):
+            value = getattr(self, name, None)
+            return value if isinstance(value, (int, float)) else None
+
+        safety, low, high = number("safety"), number("factor_min"), number("factor_max")
+        name = type(self).__name__
+        if safety is not None and not 0 < safety <= 1:
+            raise ValueError(f"`{name}(safety=...)` must be in (0, 1], got {safety!r}")
+        if low is not None and not 0 < low < 1:
+            raise ValueError(f"`{name}(factor_min=...)` must be in (0, 1), got {low!r}")
+        if high is not None and not high > 1:
+            raise ValueError(f"`{name}(factor_max=...)` must be greater than 1, got {high!r}")
+
     def _first_step(self, f, tau0, y0, k0, dt0, solver, tol, direction):
         if dt0 is not None:
             return jnp.abs(jnp.asarray(dt0, tau0.dtype)), 0

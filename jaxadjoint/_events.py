@@ -61,6 +61,11 @@ class Event(eqx.Module):
 
     The event time is located on the solver's continuous extension and differentiated
     exactly (implicit function theorem on the computed interpolant); see `solve`.
+
+    A crossing needs a sign change after ``t0``: a condition that is exactly zero at ``t0``
+    does not fire there (nor when it then moves away from zero).  Two conditions crossing
+    at the same instant are not handled yet: only the first one located fires, and the
+    other may be missed (two identical bouncing balls: the second falls through).
     """
 
     cond: Callable[[Array, Any, Any], Any]

@@ -165,7 +165,7 @@ def jump_segments(
     last = jnp.sum(active.astype(jnp.int32)) - 1
     t_end, y_end = t_ends[last], y_ends[last]
     # Events in order (every active segment but the last ends with one).
-    count = jnp.sum(fired.astype(jnp.int32))
+    count = jnp.sum(fired, dtype=jnp.int32)
     # Empty segments (after the end) spend a few evaluations on their start: not counted.
     stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
     if system.throw:
@@ -213,8 +213,9 @@ def check_events(events: tuple[Event, ...], saveat: SaveAt, sensitivity: Abstrac
     if any(not e.terminal for e in events) and saveat.land_on_ts:
         # Steps clipped to save times after a jump would move with the event time in a way
         # the restart's derivative (`_start_time`) does not follow.
-        raise ValueError("`SaveAt(land_on_ts=True)` is not supported with jumps yet: save "
-                         "times are interpolated exactly (the default `SaveAt(ts)`)")
+        raise ValueError("`SaveAt(land_on_ts=True)` is not supported yet with events that "
+                         "restart the solve (a jump, or `terminal=False`): save times are "
+                         "interpolated exactly (the default `SaveAt(ts)`)")
 
 
 def checked_jump(i: int, jump: Callable, t0: Array, y0: Any, args: Any) -> None:

@@ -181,3 +181,15 @@ def test_constant_step_advances_through_round_off(t0, dt, dtype):
     assert int(sol.stats["num_accepted_steps"]) == steps
     np.testing.assert_allclose(np.asarray(sol.ys[0, 0]), np.exp(-0.7 * (t1 - t0)),
                                rtol=1e-5 if dtype == jnp.float32 else 1e-9)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: ja.PIController(factor_min=2.0, factor_max=0.5), "factor_min"),
+    (lambda: ja.PredictiveController(safety=0.0), "safety"),
+    (lambda: ja.IController(factor_max=1.0), "factor_max"),
+], ids=["pi-bounds", "predictive-safety", "i-max"])
+def test_controller_arguments_are_checked(make, match):
+    """Step factors that can never shrink a rejected step (or grow an accepted one) are
+    refused at construction; they ran to `max_steps` blaming stiffness."""
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -518,6 +518,7 @@ def test_recorded_event_is_logged_once_per_crossing(direction, tol):
     first = 0.75 * np.pi if direction == "rising" else 0.25 * np.pi
     expected = first + np.pi * np.arange(3)
     assert int(sol.events.count) == 3
+    assert sol.events.count.dtype == jnp.int32  # as with terminal events only (was int64)
     np.testing.assert_allclose(np.asarray(sol.events.times[:3]), expected, rtol=1e-6)
 
 
