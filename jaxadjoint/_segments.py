@@ -79,7 +79,7 @@ def jump_segments(
     jumps: tuple[Any, ...],
     conditions: Any,
     max_events: int,
-    recorded: tuple[bool, ...] = (),
+    recorded: tuple[bool, ...],
 ) -> EventsOutput:
     """Segments joined by jumps (module docstring).
 
@@ -95,7 +95,7 @@ def jump_segments(
     eps = jnp.finfo(dtype).eps
     num_segments = max_events + 1
     is_jump = jnp.asarray([j is not None for j in jumps])
-    is_recorded = jnp.asarray(recorded or [False] * len(jumps))
+    is_recorded = jnp.asarray(recorded)
     branches = [(lambda t, y, j=j: y if j is None else j(t, y)) for j in jumps]
     num_cond = len(jumps)
 

@@ -340,7 +340,7 @@ def test_robertson_sensitivities_match_scipy_and_all_strategies():
     jac = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint())
     error = np.abs(jac * k - reference).max(axis=2) / np.abs(reference).max(axis=2)
     assert np.all(error < 1e-5), error
-    # (`StoreStages`: test_vmap_grad.)
+    # (`jac` keeps the stages, Kvaerno5's default; `StoreStates`: test_vmap_grad.)
     other = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteAdjoint(ja.Recursive(3)))
     assert max_rel_diff(other, jac) < 1e-13
     forward = _robertson_jacobian(ja.Kvaerno5(), ja.DiscreteForward())

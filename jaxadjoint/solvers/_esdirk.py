@@ -26,16 +26,20 @@ f_p(Z_i) dp)``.  Its transpose gives, given ``lam = dL/dy_{n+1}``, for ``i = s .
     (basebar_i, pbar_i) = (df/d(y, p))(t_i, Z_i)^T u_i
     lam_n = lam + sum_i basebar_i,     pbar += sum_i pbar_i
 
-one transposed solve per implicit stage.  The stages are recomputed from ``y_n`` by the
-forward step itself (same Newton iteration, same values), or read from the record with
-`StoreStages`, which keeps every stage value and so spares the reverse pass the Newton
-iterations (Robertson: about half the gradient's time).  The transposed solves: for small
-states (``N < ITERATIVE_ADJOINT_MIN_SIZE``) the Jacobians and LUs of all stages in one
-batched call each (for ``N <= 8`` each solve a fused product with ``M_i^{-T}``, all formed
-in one batched substitution); for larger ones an iteration preconditioned by the step's LU
-of ``M_0`` (`_newton.solve_transposed_stage`: ``N^2`` per iteration instead of ``N^3`` per
-stage, to round-off, with an LU of ``M_i`` as the fallback).  The parameter adjoints of all stages
-are one batched vector-Jacobian product.
+one transposed solve per implicit stage.  The stages are read from the record with
+`StoreStages` (this family's default, `AbstractSolver.keeps_stages_by_default`), which
+spares the reverse pass the Newton iterations (Robertson: about half the gradient's time)
+and linearises where the forward pass left them.  With `StoreStates` or `Recursive` they
+are recomputed from ``y_n`` by the forward step itself; that Newton iteration, compiled
+anew, can stop at another iterate within its tolerance (Robertson to t = 4e10: up to 0.2
+of the error tolerance), so the gradient is then exact only up to that difference.
+The transposed solves: for small states (``N < ITERATIVE_ADJOINT_MIN_SIZE``) the
+Jacobians and LUs of all stages in one batched call each (for ``N <= 8`` each solve a
+fused product with ``M_i^{-T}``, all formed in one batched substitution); for larger ones
+an iteration preconditioned by the step's LU of ``M_0`` (`_newton.solve_transposed_stage`:
+``N^2`` per iteration instead of ``N^3`` per stage, to round-off, with an LU of ``M_i`` as
+the fallback).  The parameter adjoints of all stages are one batched vector-Jacobian
+product.
 
 **How exact:** this is the derivative of the method with its stage equations solved
 exactly, evaluated at the computed stages; the computed stages solve them to the Newton
@@ -166,8 +170,7 @@ def esdirk_replay_step(
         fn = eqx.filter_closure_convert(lambda z, t_i=t_i: f(t_i, z), base)
         ks.append(recorded_slope(fn, base, hg=hg, z=stages[i]))
     y_new = linear_combination(y, h, tableau.b, ks)
-    return StepOutput(y_new, jnp.zeros_like(y), [stages[i] for i in range(len(ks))], ks,
-                      jnp.array(True))
+    return StepOutput(y_new, jnp.zeros_like(y), list(stages), ks, jnp.array(True))
 
 
 # States at least this large solve the transposed stage systems iteratively with the
@@ -380,8 +383,9 @@ class AbstractESDIRK(AbstractStiffFamily):
     does not converge rejects the step.  Gradients differentiate the converged stage
     equations (implicit function theorem; exact up to the Newton tolerance, module
     docstring).  Saves are evaluated on a cubic Hermite interpolant without changing the
-    steps; `StoreStages` keeps every stage value, so that the reverse pass skips the Newton
-    iterations (about half the gradient's time on small states).
+    steps.  `DiscreteAdjoint()` keeps every stage value (`StoreStages`) for this family,
+    so that the reverse pass skips the Newton iterations (about half the gradient's time
+    on small states) and linearises at the forward pass's own stages.
 
     Arguments:
         kappa: Newton tolerance as a fraction of the local error tolerance (default
