@@ -181,6 +181,18 @@ def test_finite_differences_of_repeated_and_end_save_times():
     np.testing.assert_allclose(got, -0.7 * jnp.exp(-0.7 * ts), rtol=1e-5)
 
 
+def test_finite_differences_name_an_input_that_cannot_be_bumped():
+    """A save time at ``t0`` of an interval shorter than the bump leaves ``[t0, t1]``
+    either way: the error says so, and no longer only blames a failed solve."""
+
+    def save(ts):
+        return ja.solve(lambda t, y, k: -k * y, jnp.array([1.0]), 0.0, 1e-7, 0.7, saveat=ts,
+                        sensitivity=ja.FiniteDifferences()).ys[0, 0]
+
+    with pytest.raises(Exception, match=r"could not be bumped to either side"):
+        jax.block_until_ready(jax.grad(save)(jnp.array([0.0])))
+
+
 # --- second order and the sensitivity trajectory ------------------------------------------
 
 
