@@ -51,7 +51,7 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
     if out.event is not None:
         e = out.event
         event = EventOutput(problem.direction * e.tau, e.y, e.fired, e.which,
-                            jax.lax.stop_gradient(e.scale))
+                            jax.lax.stop_gradient(e.scale), jax.lax.stop_gradient(e.pending))
     if system.throw:
         ys, integral, dense, event = result.error_if(
             (ys, integral, dense, event), result != RESULTS.successful

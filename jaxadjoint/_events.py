@@ -14,6 +14,17 @@ there, and the event state is ``u(t*)``.  A condition that crosses zero and back
 one step has the same sign at both ends and is not seen: the steps must resolve it (lower
 ``rtol``/``atol`` or ``dt0``).
 
+**Simultaneous crossings.**  Another condition crossed in the same step whose value at
+``u(t*)`` is at or past its zero, or within round-off of it (64 ulps of its scale in the
+step), crossed at the same instant.  It is *pending*: the next segment starts at ``t*``
+from the state after the jump, and if the condition is still within round-off of zero
+there, it fires at ``theta = 0`` of that segment's first step, whatever the step does
+next (a recorded crossing of a ball's height still counts after the bounce reversed the
+ball).  Each such event is a root of its own condition, so the implicit function theorem
+below differentiates it as any other: two identical balls bouncing together get each
+ball's own derivative.  A jump that moves another condition materially past zero does not
+fire it (events are crossings of the trajectory, not of the jumps).
+
 **Derivative.**  ``t*`` solves ``g(t*, u(t*; y_n, k, p), p) = 0`` on the *computed*
 interpolant, so by the implicit function theorem, with ``gdot = dg/dt + dg/dy . u'(t*)``,
 
@@ -63,9 +74,11 @@ class Event(eqx.Module):
     exactly (implicit function theorem on the computed interpolant); see `solve`.
 
     A crossing needs a sign change after ``t0``: a condition that is exactly zero at ``t0``
-    does not fire there (nor when it then moves away from zero).  Two conditions crossing
-    at the same instant are not handled yet: only the first one located fires, and the
-    other may be missed (two identical bouncing balls: the second falls through).
+    does not fire there (nor when it then moves away from zero).  Conditions crossing at
+    the same instant (within round-off) fire one after the other in the order of
+    ``events``, each in a segment of zero length and differentiated by its own condition;
+    a later one fires if it is still at its zero after the earlier ones' jumps.  A terminal
+    one ends the solve when its turn comes.
     """
 
     cond: Callable[[Array, Any, Any], Any]

@@ -117,6 +117,9 @@ class EventRecord(NamedTuple):
     fired: Array  # bool
     which: Array  # int32: the condition that fired, -1 if none
     scale: Array  # max |g| at the ends of the event step (what "zero" means after it)
+    # (E,) for each other condition crossed in the event's step whose root is at the
+    # event too (at or past zero there, or within round-off): its scale, else 0 (`_events`).
+    pending: Array | None = None
 
 
 def padded_grid(grid: Array, num_accepted: Array) -> Array:
@@ -306,11 +309,19 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
 
     def event_start(y0: Array) -> dict:
         g = conditions(tau0, y0)
+        start = dict(fired=jnp.array(False), event_tau=tau1, event_row=jnp.int32(0),
+                     which=jnp.int32(-1), event_scale=jnp.zeros((), dtype),
+                     pending=jnp.zeros_like(g))
+        if system.event_pending is not None:
+            # A condition that crossed at the event that started this segment, but fired
+            # after the one that did, fires at the start of the first step if it is still
+            # at its zero after that event's jump (`_events`).
+            pending = system.event_pending
+            start["at_root"] = (pending > 0) & (jnp.abs(g) <= 64 * eps * pending)
         if system.event_zero_start is not None:
             # A condition that just fired is at its root: not a crossing in the first step.
             g = jnp.where(system.event_zero_start, 0, g)
-        return dict(g=g, fired=jnp.array(False), event_tau=tau1, event_row=jnp.int32(0),
-                    which=jnp.int32(-1), event_scale=jnp.zeros((), dtype))
+        return dict(start, g=g)
 
     def linearise(kept: Any, current: Array, tau: Array, y: Array) -> Any:
         """The stiff step's linearisation at ``(tau, y)`` (``J``; `solvers._base`): ``kept``
@@ -333,8 +344,15 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         )
         return going & ~c["fired"] if has_events else going
 
-    def locate(tau, h, y, ks, g_start, g_end, crossed):
-        """The earliest crossing in the step: ``(theta*, condition)`` (`_events`)."""
+    def locate(tau, h, y, ks, g_start, g_end, crossed, at_root):
+        """The earliest crossing in the step: ``(theta*, condition, pending)`` (`_events`).
+
+        ``at_root``: conditions whose root is the step's start (``theta = 0``).
+        ``pending``: for each other crossed condition at or past its zero at ``theta*``,
+        or within round-off of it (a simultaneous crossing), its scale in the step (what
+        "zero" means for it: the larger of its magnitudes at the step's ends); 0 for the
+        others.
+        """
 
         def phi(theta):
             # Condition i at theta_i on the step's continuous extension.
@@ -345,10 +363,22 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             return jnp.stack([system.condition(i, tau + theta[i] * h, us[i], params,
                                                direction) for i in range(m)])
 
-        thetas = locate_roots(phi, crossed, g_start, dtype)
+        thetas = locate_roots(phi, crossed & ~at_root, g_start, dtype)
+        thetas = jnp.where(at_root, 0, thetas)
         thetas = jnp.where(crossed, thetas, jnp.inf)
         which = jnp.argmin(thetas).astype(jnp.int32)
-        return thetas[which], which
+        theta = thetas[which]
+        g_at_event = phi(jnp.full_like(g_start, theta))
+        others = crossed & (jnp.arange(g_start.shape[0], dtype=jnp.int32) != which)
+        # At the event within round-off (the event state, read back from the row at
+        # ``tau*``, can land on either side of a zero that ``phi`` puts on one).
+        scale = jnp.maximum(jnp.abs(g_start), jnp.abs(g_end))
+        at_event = (g_start * g_at_event <= 0) | (jnp.abs(g_at_event) <= 64 * eps * scale)
+        pending = jnp.where(others & at_event, scale, 0)
+        if system.event_pending is not None:
+            # Still pending at this instant: those at their root from the start.
+            pending = jnp.where(others & at_root, system.event_pending, pending)
+        return theta, which, pending
 
     def advance(c: dict) -> dict:
         active = running(c)
@@ -448,6 +478,8 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             if has_events:
                 g_end = conditions(tau_next, step.y_new)
                 crossed = accept & crossings(c["g"], g_end, directions)
+                if "at_root" in c:
+                    crossed = crossed | (accept & c["at_root"])
                 fires = jnp.any(crossed)
                 has_row = has_row | fires
                 if system.event_start is not None:
@@ -456,9 +488,11 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                     has_row = has_row | (accept & (tau_next >= tau1))
             slopes = row_slopes(plan, f, tau, h_used, y, step.ks, k_next, has_row)
             if has_events:
-                theta, which = jax.lax.cond(
-                    fires, locate, lambda *_: (jnp.ones((), dtype), jnp.int32(-1)),
-                    tau, h_used, y, slopes, c["g"], g_end, crossed,
+                at_root = c.get("at_root", jnp.zeros_like(crossed))
+                theta, which, pending = jax.lax.cond(
+                    fires, locate,
+                    lambda *_: (jnp.ones((), dtype), jnp.int32(-1), jnp.zeros_like(g_end)),
+                    tau, h_used, y, slopes, c["g"], g_end, crossed, at_root,
                 )
                 scale = jnp.max(jnp.maximum(jnp.abs(c["g"]), jnp.abs(g_end)))
                 bad_g = accept & ~jnp.all(jnp.isfinite(g_end))
@@ -471,7 +505,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                                         c["event_row"]),
                     which=jnp.where(fires, which, c["which"]),
                     event_scale=jnp.where(fires, scale, c["event_scale"]),
+                    pending=jnp.where(fires, pending, c["pending"]),
                 )
+                if "at_root" in c:
+                    events["at_root"] = c["at_root"] & ~accept  # the first step only
             rows = write_row(rows, has_row, n, tau, h_used, y, slopes, first, window)
         n_new = n + accept.astype(jnp.int32)
         if step.num_rhs_evals is None:
@@ -540,6 +577,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             event = EventRecord(
                 tau=tau_end, row=row, y=event_state(plan.weights, rows, row, tau_end),
                 fired=fired, which=final["which"], scale=final["event_scale"],
+                pending=final["pending"],
             )
             # Saves after a terminal event are NaN: the solution does not go there.
             ys = jnp.where((taus > tau_end)[:, None], jnp.nan, ys)

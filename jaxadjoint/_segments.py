@@ -18,6 +18,10 @@ recorded steps and a last step clipped to ``t1`` (`_start_time`): the discrete
 counterpart of the saltation matrix.  Everything through events is therefore the exact
 derivative of the computed solution; only the first segment's start, the user's ``t0``,
 keeps the continuous rule of every solve (``dL/dt0 = -lam_0 . f(t0, y0)``).
+
+Conditions crossing at the same instant fire in consecutive segments, the later ones of
+zero length (`_events`): a segment passes on which conditions are still pending, and the
+conditions that fired at the instant start the next segment at zero.
 """
 
 from __future__ import annotations
@@ -100,14 +104,15 @@ def jump_segments(
     num_cond = len(jumps)
 
     def segment(carry, k):
-        t_start, y_start, zero_start, active, ys, result = carry
+        t_start, y_start, zero_start, pending, burst, active, ys, result = carry
         tau_start = direction * t_start
         # An inactive segment is empty (t1 to t1); saves outside the segment are clipped
         # into it and not used.
         t0 = jnp.where(active, t_start, problem.t1)
         ts = direction * jnp.clip(taus, direction * t0, tau1)
-        seg_system = eqx.tree_at(lambda s: (s.event_zero_start, s.event_start), system,
-                                 (zero_start, k > 0), is_leaf=lambda x: x is None)
+        seg_system = eqx.tree_at(
+            lambda s: (s.event_zero_start, s.event_pending, s.event_start), system,
+            (zero_start, jax.lax.stop_gradient(pending), k > 0), is_leaf=lambda x: x is None)
         out: SolveOutput = sensitivity(seg_system, Problem(
             y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
         e: EventOutput = out.event
@@ -125,11 +130,18 @@ def jump_segments(
         # for a fresh crossing, logged twice and stopped as chattering).
         g_plus = conditions(e.t, y_plus)
         at_zero = (jnp.abs(g_plus) <= 64 * eps * e.scale) | is_recorded
-        zero_next = (jnp.arange(num_cond, dtype=jnp.int32) == e.which) & at_zero
-        # Events piling up in a vanishing interval (a Zeno ball) end the solve.
+        this = jnp.arange(num_cond, dtype=jnp.int32) == e.which
+        # Events at the same instant (``burst``: the conditions that fired there, before
+        # this one): conditions crossing together fire one after the other, each in its own
+        # segment of zero length (`_events`).  One firing twice there, or a jump firing
+        # again almost at once (a Zeno ball), ends the solve.
         span = jnp.abs(tau_end - tau_start)
-        chatter = jumped & (span <= 64 * eps * jnp.maximum(jnp.abs(tau_end),
-                                                           jnp.abs(tau1 - tau_start)))
+        instant = span <= 64 * eps * jnp.maximum(jnp.abs(tau_end), jnp.abs(tau1 - tau_start))
+        chatter = jumped & instant & jnp.any(burst & this)
+        burst_next = this | (instant & burst)
+        # Every condition that fired at this instant and is still at its zero starts the
+        # next segment there.
+        zero_next = burst_next & at_zero
         seg_result = RESULTS.where(active, out.record.result, RESULTS.successful)
         result = RESULTS.where(result == RESULTS.successful, seg_result, result)
         result = RESULTS.where(chatter & (result == RESULTS.successful),
@@ -139,6 +151,8 @@ def jump_segments(
             jnp.where(go_on, e.t, t_start),
             jnp.where(go_on, y_plus, y_start),
             jnp.where(go_on, zero_next, zero_start),
+            jnp.where(go_on, e.pending, pending),
+            jnp.where(go_on, burst_next, burst),
             go_on,
             ys,
             result,
@@ -152,13 +166,15 @@ def jump_segments(
         return new, log
 
     n_save = taus.shape[0]
+    no_conditions = jnp.zeros((num_cond,), bool)
     init = (
-        problem.t0, problem.y0, jnp.zeros((num_cond,), bool), jnp.array(True),
+        problem.t0, problem.y0, no_conditions, jnp.zeros((num_cond,), dtype), no_conditions,
+        jnp.array(True),
         jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
     )
     final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
     times, states, which, fired, active, t_ends, y_ends, steps, stats = log
-    _, _, _, still_going, ys, result = final
+    _, _, _, _, _, still_going, ys, result = final
     result = RESULTS.where(still_going & (result == RESULTS.successful),
                            RESULTS.max_events_reached, result)
     # The end of the last active segment.

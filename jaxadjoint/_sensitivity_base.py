@@ -29,6 +29,9 @@ class EventOutput(NamedTuple):
     fired: Array  # bool
     which: Array  # int32 index of the condition that fired, -1 if none
     scale: Array  # max |g| at the ends of the event step (not differentiated)
+    # (E,) conditions crossing at the same instant, not fired (`EventRecord`; not
+    # differentiated)
+    pending: Array | None = None
 
 
 class SolveOutput(NamedTuple):

@@ -67,6 +67,9 @@ class System(eqx.Module):
     # parameters), and which of them start at exactly zero (just fired, see `_segments`).
     event_directions: tuple[int, ...] = eqx.field(static=True, default=())
     event_zero_start: Array | None = None
+    # (E,) conditions that crossed at the event that started the segment and have not
+    # fired yet (simultaneous crossings): their scales (what "zero" means), else 0.
+    event_pending: Array | None = None
     # A segment of a solve with jumps (`_segments`): whether it starts at an event, so that
     # its start time is differentiated on its grid (`_start_time`); None outside segments.
     event_start: Array | None = None

@@ -401,6 +401,76 @@ def test_vmap_lanes_have_their_own_events():
     assert len({int(c) for c in sols.events.count}) > 1
 
 
+# --- conditions crossing at the same instant -----------------------------------------------
+
+
+def two_balls(t, y, p):
+    return jnp.stack([y[1], -GRAVITY + 0 * y[0], y[3], -GRAVITY + 0 * y[2]])
+
+
+def bounce_of(i):
+    """Ball ``i`` bounces off the floor with restitution ``p[0]``."""
+    return ja.Event(lambda t, y, p: y[2 * i], direction="falling",
+                    jump=lambda t, y, p: y.at[2 * i + 1].set(-p[0] * y[2 * i + 1]))
+
+
+TWO_BOUNCES = (bounce_of(0), bounce_of(1))
+
+
+def two_balls_heights(p, sensitivity):
+    """Both balls' heights at BALL_TS, ``p = (restitution, height 1, height 2)``."""
+    y0 = jnp.stack([p[1], jnp.zeros_like(p[1]), p[2], jnp.zeros_like(p[2])])
+    sol = ja.solve(two_balls, y0, 0.0, T1, p, events=TWO_BOUNCES, saveat=BALL_TS,
+                   rtol=1e-6, atol=1e-6, max_events=8, max_steps=64, sensitivity=sensitivity,
+                   throw=False)
+    out = jnp.concatenate([sol.ys[:, 0], sol.ys[:, 2]])
+    return out, (out, sol)
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.DiscreteForward()],
+                         ids=["adjoint", "forward"])
+def test_simultaneous_bounces_all_fire_with_their_own_derivatives(sensitivity):
+    """Two identical balls bounce at the same instants: each bounce fires (ball 2 fell
+    through the floor before, with success reported), in a segment of zero length, and the
+    derivative of each ball's heights is its own closed form, also in ball 2's height,
+    which moves its bounces away from ball 1's."""
+    jac = jax.jacfwd if isinstance(sensitivity, ja.DiscreteForward) else jax.jacrev
+    p = jnp.array([0.8, 2.0, 2.0])
+    J, (out, sol) = jax.jit(jac(two_balls_heights, has_aux=True), static_argnums=1)(
+        p, sensitivity)
+    assert sol.result == ja.RESULTS.successful
+    assert int(sol.events.count) == 6
+    assert list(np.asarray(sol.events.which[:7])) == [0, 1, 0, 1, 0, 1, -1]
+    times = np.asarray(sol.events.times[:6])
+    np.testing.assert_array_equal(times[0::2], times[1::2])
+    bounces = [0, 1, 2, 3]
+    want = ball_closed_form(p[:2], bounces)[:4]
+    np.testing.assert_allclose(out, jnp.concatenate([want, want]), rtol=1e-10, atol=1e-12)
+    dwant = jax.jacfwd(ball_closed_form)(p[:2], bounces)[:4]
+    zero = jnp.zeros((4, 1))
+    expected = jnp.concatenate([jnp.concatenate([dwant, zero], 1),
+                                jnp.concatenate([dwant[:, :1], zero, dwant[:, 1:]], 1)])
+    np.testing.assert_allclose(J, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_simultaneous_recorded_event_is_logged_in_either_order(order):
+    """A recorded event on ball 1's height crosses with its bounce: logged at every bounce,
+    whichever comes first in `events` (the jump reverses the velocity; the record still
+    sees the crossing it shares with the bounce)."""
+    record = ja.Event(lambda t, y, p: y[0], direction="falling", terminal=False)
+    events = [(bounce_of(0), record)[i] for i in order]
+    y0 = jnp.array([2.0, 0.0, 1.0, 0.0])
+    sol = ja.solve(two_balls, y0, 0.0, T1, jnp.array([0.8]), events=events, rtol=1e-8,
+                   atol=1e-8, max_events=8)
+    assert int(sol.events.count) == 6
+    assert sorted(np.asarray(sol.events.which[:6]).tolist()) == [0, 0, 0, 1, 1, 1]
+    times = np.asarray(sol.events.times[:6])
+    np.testing.assert_array_equal(times[0::2], times[1::2])
+    np.testing.assert_allclose(times[0::2], ball_closed_form(jnp.array([0.8, 2.0]),
+                                                             [0, 1, 2, 3])[4:], rtol=1e-12)
+
+
 def drift(t, y, args):
     return jnp.ones_like(y)
 
