@@ -431,7 +431,7 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             # A fixed step cannot shrink: the first failed attempt ends the solve.  An
             # implicit step whose Newton iteration failed is reported as such, though
             # its error estimate is then infinite.
-            result = RESULTS.where(~finite, RESULTS.nonfinite, result)
+            result = RESULTS.where(~finite, RESULTS.nonfinite_fixed_step, result)
             result = RESULTS.where(~converged, RESULTS.newton_failed, result)
 
         new_tau = jnp.where(accept, tau_next, tau)

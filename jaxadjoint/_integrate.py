@@ -107,7 +107,10 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
         check.check_scalar("controller.dt", dt)
         return ConstantStep(check.check_step("ConstantStep.dt", dt, throw))
     if isinstance(controller, StepTo):
-        ts = check.as_real_array("controller.ts", controller.ts, dtype)
+        ts = controller.ts
+        if isinstance(ts, (list, tuple)):
+            ts = np.asarray(ts)  # as `saveat` takes lists
+        ts = check.as_real_array("controller.ts", ts, dtype)
         if ts.ndim != 1 or ts.shape[0] < 2:
             raise ValueError("`StepTo.ts` must be a 1-D array of at least two times")
         valid = check.step_grid_valid(ts, t0, t1)
@@ -191,6 +194,9 @@ def solve(
     """
     saveat = as_saveat(saveat)
     _check_concrete_save_times(saveat, t0, t1)
+    max_steps = check.as_python_int("max_steps", max_steps)
+    max_events = check.as_python_int("max_events", max_events)
+    check.check_python_float_nan("args", args)
     events = as_events(events)
     if uses_quadrature_state(solver, integrand, saveat, events):
         # Stiff solvers integrate the integral as extra state (`_stiff_quadrature`).
@@ -286,6 +292,10 @@ def _solve(
         dt0 = check.as_real_array("dt0", dt0, dtype)
         check.check_scalar("dt0", dt0)
         dt0 = check.check_step("dt0", dt0, throw)
+    if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
+        raise ValueError(f"`dt0` is not used with `controller={type(controller).__name__}"
+                         "(...)`, whose steps are given: drop `dt0` (or pass the step as "
+                         "`ConstantStep(dt)`)")
     controller = _default_controller(solver, controller, dt0)
     controller = _check_controller(controller, t0, t1, dtype, throw)
     if saveat.ts is None:

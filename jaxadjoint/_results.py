@@ -17,10 +17,19 @@ class RESULTS(eqx.Enumeration):
     )
     nonfinite = (
         "The right-hand side produced NaN or Inf and shrinking the step did not help. "
-        "Check `rhs` for divisions by zero, logs of negative numbers or blow-up of the "
-        "solution before `t1`. With a stiff solver the Jacobian d rhs / dy may be the "
-        "culprit (NaN or Inf entries, e.g. sqrt at 0, make I - gamma h J singular for "
-        "every step size)."
+        "Check `y0` and `args` for NaN/Inf (when no step was accepted), and `rhs` for "
+        "divisions by zero, logs of negative numbers or blow-up of the solution before "
+        "`t1`. With a stiff solver the Jacobian d rhs / dy may be the culprit (NaN or Inf "
+        "entries, e.g. sqrt at 0, make I - gamma h J singular for every step size); with "
+        "`ForwardSensitivity` or `ContinuousAdjoint`, the sensitivity or adjoint equations "
+        "(derivatives of `rhs`) may be what went NaN or Inf."
+    )
+    nonfinite_fixed_step = (
+        "A fixed step (`ConstantStep`, `StepTo`, or a fixed-step solver's `dt0`) produced "
+        "NaN or Inf. The step may be too large for the method's stability (the solution "
+        "then grows without bound): take smaller steps, an adaptive controller, or a stiff "
+        "solver (Rodas5, Kvaerno5). Otherwise check `y0` and `args` for NaN/Inf, and `rhs` "
+        "for divisions by zero or logs of negative numbers."
     )
     step_size_too_small = (
         "The step size fell below the resolution of the time variable: the error "

@@ -52,6 +52,35 @@ def check_floating_tree(name: str, tree: Any, *, allow_integers: bool) -> None:
             )
 
 
+def as_python_int(name: str, x: Any) -> Any:
+    """A NumPy or concrete JAX integer scalar as a Python int (``max_steps=np.int64(10)``).
+
+    Such counts size preallocated buffers, so they are constants of the compiled solve: a
+    traced one cannot be used.  Anything else is returned for the caller's own check.
+    """
+    if isinstance(x, jax.core.Tracer):
+        raise ValueError(f"`{name}` must be a Python int: it sets the size of preallocated "
+                         "buffers, so it cannot be a traced value (pass it outside `jit`, "
+                         "or mark it static)")
+    if isinstance(x, (np.integer, np.ndarray, jax.Array)) and np.ndim(x) == 0 and \
+            np.issubdtype(np.asarray(x).dtype, np.integer):
+        return int(x)
+    return x
+
+
+def check_python_float_nan(name: str, tree: Any) -> None:
+    """Python floats in ``tree`` are constants of the compiled solve (equinox's filtered
+    `jit` keys on them); a NaN never equals itself, so it cannot be one (equinox then fails
+    with a message about closure conversion).  Name it instead."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if isinstance(leaf, float) and leaf != leaf:
+            raise ValueError(
+                f"`{name}{jax.tree_util.keystr(path)}` is a Python float NaN: Python numbers "
+                f"in `{name}` are constants of the compiled solve, and NaN cannot be one "
+                "(it never equals itself). Pass an array instead, e.g. `jnp.asarray(nan)`, "
+                "if NaN is intended")
+
+
 def as_real_array(name: str, x: Any, dtype: Any) -> Array:
     """A real array of ``dtype`` from a Python number or array; complex is an error."""
     if eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x), jnp.complexfloating):
@@ -62,7 +91,22 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
         raise ValueError(f"`{name}` must be a real number or array, got {type(x).__name__}")
     # A concrete value (a Python number inside `solve`) stays a NumPy array, so that its
     # value can still be checked at trace time; `jnp.asarray` would make it a tracer.
-    return np.asarray(x, dtype) if is_concrete(x) else jnp.asarray(x, dtype)
+    if not is_concrete(x):
+        return jnp.asarray(x, dtype)
+    original = np.asarray(x)
+    with np.errstate(over="ignore", under="ignore"):
+        cast = np.asarray(x, dtype)
+    if np.issubdtype(original.dtype, np.floating) or np.issubdtype(original.dtype, np.integer):
+        wide = original.astype(np.float64)
+        lost = (np.isfinite(wide) & ~np.isfinite(cast)) | ((wide != 0) & (cast == 0))
+        if np.any(lost):
+            bad = wide[lost].ravel()[0]
+            with np.errstate(over="ignore", under="ignore"):
+                became = np.asarray(bad, dtype)
+            raise ValueError(f"`{name}` = {bad:g} does not fit the solve's dtype "
+                             f"{np.dtype(dtype).name} (that of `y0`; it became "
+                             f"{became}): give `y0` a wider dtype or rescale")
+    return cast
 
 
 def check_scalar(name: str, x: Array) -> None:

@@ -145,7 +145,13 @@ def test_dense_solution(sensitivity):
     ours, sol = dense_grad(Y0, THETA, DENSE_TIMES, solver, sensitivity)
     np.testing.assert_allclose(sol.evaluate(TS), sol.ys, rtol=1e-14, atol=1e-14)
     np.testing.assert_array_equal(sol.evaluate(T1), sol.ys[-1])
-    assert np.all(np.isnan(np.asarray(sol.evaluate(jnp.array([-0.1, T1 + 0.1])))))
+    outside = jnp.array([-0.1, T1 + 0.1])
+    with pytest.raises(ValueError, match=r"outside the solved interval \[0.0, 6.0\]"):
+        sol.evaluate(outside)
+    assert np.all(np.isnan(np.asarray(jax.jit(lambda t: sol.evaluate(t))(outside))))
+    # Round-off past an end (t0 + n dt one ulp past t1) is read at the end.
+    past = jnp.array([0.0, T1 * (1 + 2 * np.finfo(np.float64).eps)])
+    np.testing.assert_array_equal(sol.evaluate(past), sol.ys[jnp.array([0, -1])])
     reference = _dense_reference(tuple(helpers.accepted_grid(sol).tolist()))
     assert helpers.max_rel_diff(ours, reference) < 1e-12
 

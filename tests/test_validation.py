@@ -170,6 +170,52 @@ def test_bad_max_steps(max_steps):
         solve(max_steps=max_steps)
 
 
+def test_max_steps_as_numpy_or_jax_integer():
+    """A NumPy or concrete JAX integer is a valid count (it said "got JitTracer");
+    a traced one cannot size buffers, and the message says so."""
+    for max_steps in (np.int64(64), jnp.int32(64)):
+        assert solve(max_steps=max_steps).result == ja.RESULTS.successful
+    with pytest.raises(ValueError, match="`max_steps` must be a Python int: it sets the size"):
+        jax.jit(lambda m: solve(max_steps=m).ys)(64)
+
+
+def test_python_float_nan_in_args_is_named():
+    """A Python float in `args` is a constant of the compiled solve; a NaN one made equinox
+    fail with a message about closure conversion."""
+    with pytest.raises(ValueError, match=r"`args\['k'\]` is a Python float NaN"):
+        solve(args={"k": float("nan")}, rhs=lambda t, y, a: -a["k"] * y)
+
+
+def test_values_that_do_not_fit_the_dtype_are_named():
+    """Times and tolerances take `y0`'s dtype; a value that overflows or underflows there
+    was reported as the number it became (``t1=inf``, ``rtol=0.0``)."""
+    with pytest.raises(ValueError, match=r"`t1` = 100000 does not fit the solve's dtype "
+                                         r"float16 .*it became inf"):
+        solve(y0=jnp.ones(1, jnp.float16), t1=1e5)
+    with pytest.raises(ValueError, match=r"`rtol` = 1e-50 does not fit .* float32"):
+        solve(y0=jnp.ones(1, jnp.float32), rtol=1e-50, atol=0.0)
+
+
+def test_dt0_with_a_given_step_grid_is_refused():
+    """`dt0` beside `ConstantStep`/`StepTo` was silently ignored."""
+    with pytest.raises(ValueError, match=r"`dt0` is not used with `controller=ConstantStep"):
+        solve(solver=ja.RK4(), controller=ja.ConstantStep(0.1), dt0=0.5)
+
+
+def test_step_to_takes_a_list_as_saveat_does():
+    sol = solve(solver=ja.RK4(), controller=ja.StepTo([0.0, 0.5, 1.0]))
+    np.testing.assert_allclose(sol.steps[:3], [0.0, 0.5, 1.0])
+
+
+def test_unstable_fixed_step_says_so():
+    """Heun with a step past its stability limit (y' = -50 y, h = 0.1): the message names
+    the fixed step, not "shrinking the step did not help"."""
+    sol = solve(args=jnp.asarray(50.0), solver=ja.Heun(), controller=ja.ConstantStep(0.1),
+                t1=100.0, throw=False)
+    assert sol.result == ja.RESULTS.nonfinite_fixed_step
+    assert "too large for the method's stability" in ja.RESULTS[sol.result]
+
+
 def test_fixed_step_solver_needs_a_step():
     with pytest.raises(ValueError, match=r"`solver=RK4\(\)` has no error estimate.*`dt0=`"):
         solve(solver=ja.RK4())
