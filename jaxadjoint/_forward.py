@@ -161,6 +161,11 @@ def batch_witness(dtype: Any, *trees: Any) -> Array:
     return jnp.zeros((), dtype) * sum(jnp.sum(x) for x in firsts)
 
 
+# Results of traced inputs found invalid before the first step (`input_result`).
+NOT_STARTED = (RESULTS.invalid_times, RESULTS.invalid_save_times, RESULTS.invalid_tolerances,
+               RESULTS.invalid_first_step, RESULTS.invalid_controller)
+
+
 def forward_loop(system: System, problem: Problem, recorder: Recorder) -> ForwardOutput:
     """Integrate from ``t0`` to ``t1``, saving at ``ts``; see the module docstring.
 
@@ -566,9 +571,10 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         rows = write_final_row(plan, final["rows"], num_accepted, final["tau"], final["y"],
                                final["k0"], taus)
         ys = interpolate(plan.weights, rows, taus, save_rows(rows))
-        # Saves before t0 exist only when the save times were invalid and the solve did
-        # not start: NaN, like the saves past its end, not the first row extrapolated.
-        ys = jnp.where((taus < tau0)[:, None], jnp.nan, ys)
+        # A solve that did not start (invalid traced inputs) has no saves: NaN, not ``y0``
+        # (nor, for save times before t0, the first row extrapolated).
+        did_not_start = jnp.any(jnp.stack([final["result"] == r for r in NOT_STARTED]))
+        ys = jnp.where(did_not_start | (taus < tau0)[:, None], jnp.nan, ys)
         event = None
         if has_events:
             fired = final["fired"]

@@ -375,6 +375,8 @@ def test_traced_bad_values_without_throw_fail_through_result(t1, rtol, dt0, expe
     sol = solve_no_throw(DIFF, t1, rtol, dt0)
     assert sol.result == getattr(ja.RESULTS, expected)
     assert int(sol.stats["num_steps"]) == 0
+    # No state of a solve that did not start (it was y0).
+    assert all(np.all(np.isnan(np.asarray(x))) for x in jax.tree.leaves(sol.ys))
 
 
 @eqx.filter_jit
