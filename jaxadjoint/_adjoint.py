@@ -33,6 +33,7 @@ from ._forward import EventRecord, ForwardOutput, Recorder, forward_loop, padded
 from ._results import RESULTS
 from ._reverse import SaveCotangents, last_end_stage_adjoint, tree_add
 from ._sensitivity_base import AbstractSensitivity, EventOutput, Record, SolveOutput
+from ._sensitivity_common import fail_if_differentiated_failure
 from ._start_time import restart_cotangent, start_shifted
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
@@ -104,11 +105,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     if ys_bar is None:
         ys_bar = jnp.zeros(taus.shape + y_final.shape, y_final.dtype)
     mu = jnp.zeros_like(integral) if integral_bar is None else integral_bar
-    if not system.throw:
-        # With throw=True the forward pass has already raised with the failure's own
-        # message; a second check here could fire first and hide it.
-        failed = result != RESULTS.successful
-        ys_bar = eqx.error_if(ys_bar, failed, RESULTS[RESULTS.failed_solve_differentiated])
+    ys_bar = fail_if_differentiated_failure(system, ys_bar, result)
     ys_bar = flag_stiff_gradient(ys_bar, system, stats, sens.accept_stiff_steps)
 
     # Saves are evaluated on the dense-output rows: their cotangents go to the rows'

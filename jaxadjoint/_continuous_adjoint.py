@@ -62,6 +62,7 @@ from ._sensitivity_common import (
     DerivedSystem,
     combine,
     derived_kwargs,
+    fail_if_differentiated_failure,
     integrand_or_empty,
     mask_params,
     ravel,
@@ -349,8 +350,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     params = problem.params
     num_q = integrand_or_empty(system, problem.t0, problem.y0, params).shape[0]
     mu = jnp.zeros((num_q,), dtype) if integral_bar is None else integral_bar
-    ys_bar = eqx.error_if(ys_bar, result != RESULTS.successful,
-                          RESULTS[RESULTS.failed_solve_differentiated])
+    ys_bar = fail_if_differentiated_failure(system, ys_bar, result)
     ys_bar = flag_stiff_gradient(ys_bar, system, stats, sens.accept_stiff_steps)
     params_on, params_off = mask_params(params, perturbed.params)
     lam, pbar_flat, adj_result = _backward(

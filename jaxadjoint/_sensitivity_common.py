@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -68,47 +69,58 @@ class DerivedSystem(eqx.Module):
 
 
 def fail_if_differentiated_failure(system: Any, value: Any, result: Array) -> Any:
-    """``value``, with a run-time error (`RESULTS.failed_solve_differentiated`) where the
-    solve failed and ``throw=False``.
+    """``value``, with a run-time error where the solve failed.
 
-    Attach it to a primal quantity that every derivative reads (a recorded grid, a
-    sensitivity matrix): the check then runs exactly when the solve is differentiated.
-    With ``throw=True`` the failed solve has already raised its own, more specific, error.
+    Attach it to a quantity that every derivative reads (a recorded grid, a sensitivity
+    matrix, the cotangent of the saves): the check then runs exactly when the solve is
+    differentiated.  With ``throw=False`` the error is `RESULTS.failed_solve_differentiated`.
+    With ``throw=True`` it is the failure's own message: the forward pass raises it too,
+    but under `jax.jit` a loss linear in the outputs never reads their values, and XLA
+    drops that check with them (a zero gradient was returned).
     """
+    failed = result != RESULTS.successful
     if system.throw:
-        return value
-    return eqx.error_if(value, result != RESULTS.successful,
-                        RESULTS[RESULTS.failed_solve_differentiated])
+        return result.error_if(value, failed)
+    return eqx.error_if(value, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
 
-@jax.custom_jvp
-def _fails_when_differentiated(value: Array, failed: Array) -> Array:
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _fails_when_differentiated(value: Array, result: Any, throw: bool) -> Array:
+    del result, throw
     return value
 
 
 @_fails_when_differentiated.defjvp
-def _fails_when_differentiated_jvp(primals, tangents):
-    value, failed = primals
+def _fails_when_differentiated_jvp(throw, primals, tangents):
+    value, result = primals
     value_dot, _ = tangents
     # The check is on a primal quantity the tangent is scaled by: under `jax.grad` it runs
     # in the forward pass (a residual), where a check on the tangent itself would be
     # dropped with the unused forward-mode half of the linearised program.
-    one = eqx.error_if(jnp.ones((), value.dtype), failed,
-                       RESULTS[RESULTS.failed_solve_differentiated])
+    one = _Throwing(throw).check(jnp.ones((), value.dtype), result)
     return value, value_dot * one
+
+
+class _Throwing(NamedTuple):
+    throw: bool
+
+    def check(self, value: Array, result: Any) -> Array:
+        failed = result != RESULTS.successful
+        if self.throw:
+            return result.error_if(value, failed)
+        return eqx.error_if(value, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
 
 def fail_when_differentiated(system: Any, outputs: Any, result: Array) -> Any:
     """``outputs`` (floating arrays), raising at run time in any derivative of them where
-    the solve failed and ``throw=False``; undifferentiated, they are returned as they are.
+    the solve failed (`fail_if_differentiated_failure`'s messages); undifferentiated,
+    they are returned as they are.
 
     For failures decided outside every sensitivity method's own pass, such as an events
     solve that reached ``max_events`` or chattered while each of its segments succeeded.
     """
-    if system.throw:
-        return outputs
-    failed = result != RESULTS.successful
-    return jax.tree.map(lambda x: _fails_when_differentiated(x, failed), outputs)
+    return jax.tree.map(lambda x: _fails_when_differentiated(x, result, system.throw),
+                        outputs)
 
 
 def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:

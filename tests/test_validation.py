@@ -496,6 +496,24 @@ def test_reverse_over_reverse_mode_through_reverse_only_sensitivity(sensitivity,
         transforms[mode]()
 
 
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.DiscreteForward(),
+                                         ja.ContinuousAdjoint(), ja.FiniteDifferences()],
+                         ids=["DiscreteAdjoint", "DiscreteForward", "ContinuousAdjoint",
+                              "FiniteDifferences"])
+def test_jitted_gradient_of_a_linear_loss_of_a_failed_solve_raises(sensitivity):
+    """`jax.jit(jax.grad(loss))` with `loss` linear in `sol.ys`: the gradient never reads
+    the saves' values, so XLA dropped the forward pass's check (`throw=True`) and zeros
+    came back.  The derivative now checks too, with the failure's own message."""
+
+    def loss(k):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 10.0, k, rtol=1e-10,
+                       atol=1e-10, max_steps=5, sensitivity=sensitivity)
+        return jnp.sum(sol.ys)
+
+    with pytest.raises(Exception, match="reached `max_steps` before `t1`"):
+        jax.block_until_ready(jax.jit(jax.grad(loss))(0.5))
+
+
 def _failed_solve_loss(sensitivity):
     """A loss whose solve exhausts ``max_steps`` (``throw=False``: failure via result)."""
 

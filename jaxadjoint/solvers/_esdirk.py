@@ -129,12 +129,11 @@ def _step_and_factorisation(
         base = linear_combination(y, h, tableau.a[i, :i], ks)
         t_i = _stage_time(t, h, t_next, tableau.c[i])
         fn = eqx.filter_closure_convert(lambda z, t_i=t_i: f(t_i, z), base)
-        # The root depends on (base, the parameters in fn) only: the guess, the step's
-        # LU and the tolerances are constants of its derivative.
+        # The root depends on (base, gamma h, the parameters and stage time in fn): the
+        # guess, the step's LU and the tolerances are constants of its derivative.
         guess, newton = jax.lax.stop_gradient(
-            (_guess(tableau.predictor[i, :i], ks), dict(hg=hg, lu=lu, scale=scale,
-                                                        kappa=kappa)))
-        k, ok, iterations = implicit_slope(fn, base, guess=guess, **newton,
+            (_guess(tableau.predictor[i, :i], ks), dict(lu=lu, scale=scale, kappa=kappa)))
+        k, ok, iterations = implicit_slope(fn, base, hg, guess=guess, **newton,
                                            max_iterations=solver.max_newton_iterations)
         ks.append(k)
         stages.append(base + hg * k)
@@ -161,14 +160,14 @@ def esdirk_replay_step(
     ``(Z_i - base_i) / (gamma h)`` with its implicit-function-theorem tangent at ``Z_i``
     (`_newton.recorded_slope`), so the tangent is taken on the solve's own stages."""
     tableau = solver.tableau
-    hg = jax.lax.stop_gradient(tableau.gamma * h)
+    hg = tableau.gamma * h
     stages = jax.lax.stop_gradient(stages)
     ks = [k1]
     for i in range(1, tableau.num_stages):
         base = linear_combination(y, h, tableau.a[i, :i], ks)
         t_i = _stage_time(t, h, t_next, tableau.c[i])
         fn = eqx.filter_closure_convert(lambda z, t_i=t_i: f(t_i, z), base)
-        ks.append(recorded_slope(fn, base, hg=hg, z=stages[i]))
+        ks.append(recorded_slope(fn, base, hg, z=stages[i]))
     y_new = linear_combination(y, h, tableau.b, ks)
     return StepOutput(y_new, jnp.zeros_like(y), list(stages), ks, jnp.array(True))
 

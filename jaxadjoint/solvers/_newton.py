@@ -101,23 +101,29 @@ def newton_stage(
 
 @eqx.filter_custom_jvp
 def implicit_slope(
-    fn: Callable[[Array], Array], base: Array, *, hg: Array, guess: Array,
+    fn: Callable[[Array], Array], base: Array, hg: Array, *, guess: Array,
     lu: AbstractFactorisation, scale: Array, kappa: Array, max_iterations: int,
 ) -> tuple[Array, Array, Array]:
     """`newton_stage` with the implicit-function-theorem tangent (module docstring).
 
     ``fn`` must be closure-converted (`equinox.filter_closure_convert`) so that the
-    arrays it closes over (the parameters) are its differentiable leaves.  ``hg``, the
-    guess, ``M_0`` and the tolerances are constants of the root (keyword arguments).
+    arrays it closes over (the parameters, the stage time) are its differentiable leaves.
+    The root depends on ``base``, ``hg = gamma h`` (a segment restarted at an event
+    differentiates its clipped last step in ``h``, `_start_time`) and ``fn``; the guess,
+    ``M_0`` and the tolerances are constants of it (keyword arguments).
     """
     return newton_stage(fn, base, hg, guess, lu, scale, kappa, max_iterations)
 
 
 def _slope_tangent(fn: Callable, fn_dot: Callable | None, base: Array,
-                   base_dot: Array | None, z: Array, hg: Array) -> Array:
-    """``dk = (I - hg J(z))^{-1} (J(z) dbase + f_p(z) dp)`` at the root ``z``."""
+                   base_dot: Array | None, z: Array, hg: Array, hg_dot: Array | None,
+                   k: Array) -> Array:
+    """``dk = (I - hg J(z))^{-1} (J(z) (dbase + k dhg) + f_p(z) dp)`` at the root
+    ``z = base + hg k`` of ``k = f(z)``."""
     if base_dot is None:
         base_dot = jnp.zeros_like(base)
+    if hg_dot is not None:
+        base_dot = base_dot + hg_dot * k
     if fn_dot is None:
         rhs = jax.jvp(fn, (z,), (base_dot,))[1]
     else:
@@ -128,18 +134,18 @@ def _slope_tangent(fn: Callable, fn_dot: Callable | None, base: Array,
 
 
 @implicit_slope.def_jvp
-def _implicit_slope_jvp(primals, tangents, *, hg, guess, lu, scale, kappa, max_iterations):
-    fn, base = primals
-    fn_dot, base_dot = tangents
-    k, converged, iterations = implicit_slope(fn, base, hg=hg, guess=guess, lu=lu,
+def _implicit_slope_jvp(primals, tangents, *, guess, lu, scale, kappa, max_iterations):
+    fn, base, hg = primals
+    fn_dot, base_dot, hg_dot = tangents
+    k, converged, iterations = implicit_slope(fn, base, hg, guess=guess, lu=lu,
                                               scale=scale, kappa=kappa,
                                               max_iterations=max_iterations)
-    k_dot = _slope_tangent(fn, fn_dot, base, base_dot, base + hg * k, hg)
+    k_dot = _slope_tangent(fn, fn_dot, base, base_dot, base + hg * k, hg, hg_dot, k)
     return (k, converged, iterations), (k_dot, None, None)
 
 
 @eqx.filter_custom_jvp
-def recorded_slope(fn: Callable[[Array], Array], base: Array, *, hg: Array, z: Array
+def recorded_slope(fn: Callable[[Array], Array], base: Array, hg: Array, *, z: Array
                    ) -> Array:
     """The slope of a stage whose converged value ``z`` a solve kept: ``(z - base) / hg``,
     with the implicit-function-theorem tangent at ``z`` itself.
@@ -153,11 +159,11 @@ def recorded_slope(fn: Callable[[Array], Array], base: Array, *, hg: Array, z: A
 
 
 @recorded_slope.def_jvp
-def _recorded_slope_jvp(primals, tangents, *, hg, z):
-    fn, base = primals
-    fn_dot, base_dot = tangents
-    k = recorded_slope(fn, base, hg=hg, z=z)
-    return k, _slope_tangent(fn, fn_dot, base, base_dot, z, hg)
+def _recorded_slope_jvp(primals, tangents, *, z):
+    fn, base, hg = primals
+    fn_dot, base_dot, hg_dot = tangents
+    k = recorded_slope(fn, base, hg, z=z)
+    return k, _slope_tangent(fn, fn_dot, base, base_dot, z, hg, hg_dot, k)
 
 
 # Iterations of `solve_transposed_stage` before it hands over to the direct solve.  The
