@@ -14,16 +14,24 @@ there, and the event state is ``u(t*)``.  A condition that crosses zero and back
 one step has the same sign at both ends and is not seen: the steps must resolve it (lower
 ``rtol``/``atol`` or ``dt0``).
 
-**Simultaneous crossings.**  Another condition crossed in the same step whose value at
-``u(t*)`` is at or past its zero, or within round-off of it (64 ulps of its scale in the
-step), crossed at the same instant.  It is *pending*: the next segment starts at ``t*``
-from the state after the jump, and if the condition is still within round-off of zero
-there, it fires at ``theta = 0`` of that segment's first step, whatever the step does
-next (a recorded crossing of a ball's height still counts after the bounce reversed the
-ball).  Each such event is a root of its own condition, so the implicit function theorem
-below differentiates it as any other: two identical balls bouncing together get each
-ball's own derivative.  A jump that moves another condition materially past zero does not
+**Simultaneous crossings.**  Roots within the resolution of time (16 ulps of ``t``) of the
+earliest are one instant, and the first of them in the order of `events` fires.  Another
+condition crossed in the step at that instant, or at or past its zero at ``u(t*)`` within
+round-off (64 ulps of its scale in the step), is *pending*: the next segment starts at
+``t*`` from the state after the jump, and if the jump left the condition at its zero or
+did not move it, it fires at ``theta = 0`` of that segment's first step, whatever the step
+does next (a recorded crossing of a ball's height still counts after the bounce reversed
+the ball).  Each such event is a root of its own condition, so the implicit function
+theorem below differentiates it as any other: two identical balls bouncing together get
+each ball's own derivative.  A jump that moves another condition off its zero does not
 fire it (events are crossings of the trajectory, not of the jumps).
+
+**A rebound shorter than a step.**  A condition that its jump leaves at zero and turns
+back (a bounce: its rate of change along the trajectory after the jump points away from
+the side it crossed to) is watched in the next segment's first step: ending that step
+through its zero again, it rebounded and came back within one step, which no sign change
+shows (a ball coming to rest, whose bounces shrink geometrically).  The solve then stops
+with `RESULTS.event_chattering` rather than let the ball fall through the floor.
 
 **Derivative.**  ``t*`` solves ``g(t*, u(t*; y_n, k, p), p) = 0`` on the *computed*
 interpolant, so by the implicit function theorem, with ``gdot = dg/dt + dg/dy . u'(t*)``,

@@ -318,11 +318,11 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                      which=jnp.int32(-1), event_scale=jnp.zeros((), dtype),
                      pending=jnp.zeros_like(g))
         if system.event_pending is not None:
-            # A condition that crossed at the event that started this segment, but fired
-            # after the one that did, fires at the start of the first step if it is still
-            # at its zero after that event's jump (`_events`).
-            pending = system.event_pending
-            start["at_root"] = (pending > 0) & (jnp.abs(g) <= 64 * eps * pending)
+            # At a restart (`_segments`): conditions that fire at the start of the first
+            # step (crossing at this instant), and those whose jump just turned them back
+            # (their rate of change, else 0), watched in the first step (`_events`).
+            start["at_root"] = system.event_pending
+            start["watch"] = system.event_watch
         if system.event_zero_start is not None:
             # A condition that just fired is at its root: not a crossing in the first step.
             g = jnp.where(system.event_zero_start, 0, g)
@@ -371,18 +371,21 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
         thetas = locate_roots(phi, crossed & ~at_root, g_start, dtype)
         thetas = jnp.where(at_root, 0, thetas)
         thetas = jnp.where(crossed, thetas, jnp.inf)
-        which = jnp.argmin(thetas).astype(jnp.int32)
+        # Roots within the resolution of time of the earliest are one instant: of those,
+        # the first in the order of `events` fires.
+        resolution = 16 * eps * jnp.maximum(jnp.abs(tau), jnp.abs(tau + h)) / jnp.abs(h)
+        same = crossed & (thetas <= jnp.min(thetas) + resolution + 8 * eps)
+        which = jnp.argmax(same).astype(jnp.int32)
         theta = thetas[which]
         g_at_event = phi(jnp.full_like(g_start, theta))
         others = crossed & (jnp.arange(g_start.shape[0], dtype=jnp.int32) != which)
-        # At the event within round-off (the event state, read back from the row at
-        # ``tau*``, can land on either side of a zero that ``phi`` puts on one).
+        # At the event: at the same instant, or at or past its zero there within
+        # round-off (the event state, read back from the row at ``tau*``, can land on
+        # either side of a zero that ``phi`` puts on one).
         scale = jnp.maximum(jnp.abs(g_start), jnp.abs(g_end))
-        at_event = (g_start * g_at_event <= 0) | (jnp.abs(g_at_event) <= 64 * eps * scale)
-        pending = jnp.where(others & at_event, scale, 0)
-        if system.event_pending is not None:
-            # Still pending at this instant: those at their root from the start.
-            pending = jnp.where(others & at_root, system.event_pending, pending)
+        at_event = same | (g_start * g_at_event <= 0) | (
+            jnp.abs(g_at_event) <= 64 * eps * scale)
+        pending = jnp.where(others & at_event, jnp.maximum(scale, jnp.finfo(dtype).tiny), 0)
         return theta, which, pending
 
     def advance(c: dict) -> dict:
@@ -485,6 +488,13 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                 crossed = accept & crossings(c["g"], g_end, directions)
                 if "at_root" in c:
                     crossed = crossed | (accept & c["at_root"])
+                    # Turned back by its jump, yet through its zero again by the end of
+                    # the first step: a rebound shorter than a step (events piling up,
+                    # a ball coming to rest), which no sign change shows.
+                    d = jnp.asarray(directions, dtype)
+                    came_back = accept & (c["watch"] * g_end < 0) & ((d == 0) | (d * g_end > 0))
+                    result = RESULTS.where(jnp.any(came_back), RESULTS.event_chattering,
+                                           result)
                 fires = jnp.any(crossed)
                 has_row = has_row | fires
                 if system.event_start is not None:
@@ -513,7 +523,9 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
                     pending=jnp.where(fires, pending, c["pending"]),
                 )
                 if "at_root" in c:
-                    events["at_root"] = c["at_root"] & ~accept  # the first step only
+                    # The first step only.
+                    events["at_root"] = c["at_root"] & ~accept
+                    events["watch"] = jnp.where(accept, 0, c["watch"])
             rows = write_row(rows, has_row, n, tau, h_used, y, slopes, first, window)
         n_new = n + accept.astype(jnp.int32)
         if step.num_rhs_evals is None:

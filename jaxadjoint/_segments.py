@@ -103,16 +103,23 @@ def jump_segments(
     branches = [(lambda t, y, j=j: y if j is None else j(t, y)) for j in jumps]
     num_cond = len(jumps)
 
+    directions = jnp.asarray(system.event_directions, dtype)
+
+    def rate(t, y):
+        """``dg/dtau`` of every condition along the trajectory through ``(t, y)``."""
+        field = system.rhs(t, y, problem.params)
+        return direction * jax.jvp(conditions, (t, y), (jnp.ones_like(t), field))[1]
+
     def segment(carry, k):
-        t_start, y_start, zero_start, pending, burst, active, ys, result = carry
+        t_start, y_start, zero_start, pending, watch, burst, active, ys, result = carry
         tau_start = direction * t_start
         # An inactive segment is empty (t1 to t1); saves outside the segment are clipped
         # into it and not used.
         t0 = jnp.where(active, t_start, problem.t1)
         ts = direction * jnp.clip(taus, direction * t0, tau1)
         seg_system = eqx.tree_at(
-            lambda s: (s.event_zero_start, s.event_pending, s.event_start), system,
-            (zero_start, jax.lax.stop_gradient(pending), k > 0), is_leaf=lambda x: x is None)
+            lambda s: (s.event_zero_start, s.event_pending, s.event_watch, s.event_start),
+            system, (zero_start, pending, watch, k > 0), is_leaf=lambda x: x is None)
         out: SolveOutput = sensitivity(seg_system, Problem(
             y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
         e: EventOutput = out.event
@@ -142,6 +149,20 @@ def jump_segments(
         # Every condition that fired at this instant and is still at its zero starts the
         # next segment there.
         zero_next = burst_next & at_zero
+        # Decisions, not values: nothing here is differentiated.
+        g_minus, g_plus_, e_pending = jax.lax.stop_gradient(
+            (conditions(e.t, e.y), g_plus, e.pending))
+        g_rate = jax.lax.stop_gradient(rate(e.t, y_plus))
+        # Conditions that crossed at this instant and have not fired fire at the start of
+        # the next segment if the jump left them at their zero, or did not move them
+        # (`_events`).
+        tol = 64 * eps * jnp.maximum(e_pending, jnp.abs(g_minus))
+        pending_next = (e_pending > 0) & ((jnp.abs(g_plus_) <= tol)
+                                          | (jnp.abs(g_plus_ - g_minus) <= tol))
+        # A condition that just fired and that its jump turned back (a bounce): watched in
+        # the next segment's first step, which must not take it through its zero again.
+        turned_back = jnp.where(directions == 0, g_rate != 0, directions * g_rate < 0)
+        watch_next = jnp.where(zero_next & turned_back & ~is_recorded, g_rate, 0)
         seg_result = RESULTS.where(active, out.record.result, RESULTS.successful)
         result = RESULTS.where(result == RESULTS.successful, seg_result, result)
         result = RESULTS.where(chatter & (result == RESULTS.successful),
@@ -151,7 +172,8 @@ def jump_segments(
             jnp.where(go_on, e.t, t_start),
             jnp.where(go_on, y_plus, y_start),
             jnp.where(go_on, zero_next, zero_start),
-            jnp.where(go_on, e.pending, pending),
+            jnp.where(go_on, pending_next, pending),
+            jnp.where(go_on, watch_next, watch),
             jnp.where(go_on, burst_next, burst),
             go_on,
             ys,
@@ -168,13 +190,13 @@ def jump_segments(
     n_save = taus.shape[0]
     no_conditions = jnp.zeros((num_cond,), bool)
     init = (
-        problem.t0, problem.y0, no_conditions, jnp.zeros((num_cond,), dtype), no_conditions,
-        jnp.array(True),
+        problem.t0, problem.y0, no_conditions, no_conditions, jnp.zeros((num_cond,), dtype),
+        no_conditions, jnp.array(True),
         jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
     )
     final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
     times, states, which, fired, active, t_ends, y_ends, steps, stats = log
-    _, _, _, _, _, still_going, ys, result = final
+    _, _, _, _, _, _, still_going, ys, result = final
     result = RESULTS.where(still_going & (result == RESULTS.successful),
                            RESULTS.max_events_reached, result)
     # The end of the last active segment.

@@ -67,9 +67,11 @@ class System(eqx.Module):
     # parameters), and which of them start at exactly zero (just fired, see `_segments`).
     event_directions: tuple[int, ...] = eqx.field(static=True, default=())
     event_zero_start: Array | None = None
-    # (E,) conditions that crossed at the event that started the segment and have not
-    # fired yet (simultaneous crossings): their scales (what "zero" means), else 0.
+    # At a restart (`_segments`): (E,) bool, the conditions that fire at the start of the
+    # first step (crossing at this instant); (E,) the rate of change of those that just
+    # fired and were turned back by their jump, else 0 (watched in the first step).
     event_pending: Array | None = None
+    event_watch: Array | None = None
     # A segment of a solve with jumps (`_segments`): whether it starts at an event, so that
     # its start time is differentiated on its grid (`_start_time`); None outside segments.
     event_start: Array | None = None

@@ -500,6 +500,46 @@ def test_simultaneous_recorded_event_is_logged_in_either_order(order):
                                                              [0, 1, 2, 3])[4:], rtol=1e-12)
 
 
+def test_simultaneous_bounces_far_from_zero_time():
+    """At t0 = 1000 an ulp of time (1e-13) moves a ball by more than round-off of its
+    height: ball 2's crossing was judged "past zero" by more than round-off and lost
+    (it fell through the floor with success reported).  Crossings are at one instant by
+    time, within its resolution."""
+    y0 = jnp.array([2.0, 0.0, 2.0, 0.0])
+    sol = ja.solve(two_balls, y0, 1000.0, 1003.0, jnp.array([0.8]), events=TWO_BOUNCES,
+                   rtol=1e-8, atol=1e-8, max_events=16)
+    assert list(np.asarray(sol.events.which[:7])) == [0, 1, 0, 1, 0, 1, -1]
+    np.testing.assert_allclose(sol.ys[0, 0], sol.ys[0, 2], rtol=1e-12)
+    assert float(sol.ys[0, 2]) > 0
+
+
+def test_jump_fires_before_a_terminal_event_listed_after_it():
+    """A terminal condition on the same height, scaled differently, listed last: its root
+    came out a few ulps earlier for some heights, so it stopped the solve before the
+    bounce.  Roots within the resolution of time fire in the order of `events`."""
+    stop = ja.Event(lambda t, y, p: 3.0 * y[0] + 0.1 * jnp.sin(y[0]), direction="falling")
+
+    @jax.jit
+    def run(h):
+        sol = ja.solve(ball, jnp.stack([h, 0.0]), 0.0, 2.0, FREE, events=[BOUNCE, stop],
+                       max_events=4)
+        return sol.events.which[:3], sol.ys[0]
+
+    for h in np.linspace(1.0, 3.0, 9):
+        which, y = run(jnp.asarray(h))
+        assert list(np.asarray(which)) == [0, 1, -1], h
+        assert float(y[1]) > 0  # stopped just after the bounce, rising
+
+
+def test_zeno_ball_at_a_loose_tolerance_fails_clearly():
+    """Restitution 0.5 at rtol 1e-6: the bounces' rebounds shrink below a step, and the
+    ball, turned back by its last bounce, came back through the floor within the next
+    step, which no sign change shows: it fell to y = -320 with success reported."""
+    sol = ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 10.0, FREE.at[0].set(0.5),
+                   events=BOUNCE, max_events=200, max_steps=64, throw=False)
+    assert sol.result in (ja.RESULTS.event_chattering, ja.RESULTS.max_events_reached)
+
+
 def drift(t, y, args):
     return jnp.ones_like(y)
 
