@@ -34,7 +34,13 @@ from ._adjoint import plain_solve
 from ._forward import Recorder, forward_loop
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
-from ._sensitivity_common import combine, fail_if_differentiated_failure, mask_params, ravel
+from ._sensitivity_common import (
+    combine,
+    fail_if_differentiated_failure,
+    first_order_only,
+    mask_params,
+    ravel,
+)
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
 
@@ -67,6 +73,7 @@ def _solve(problem: Problem, system: System, fd: FiniteDifferences) -> SolveOutp
 def _solve_jvp(primals, tangents):
     problem, system, fd = primals
     problem_dot = tangents[0]
+    primal_problem = problem
     problem = jax.lax.stop_gradient(problem)
     dtype = problem.y0.dtype
     out = _solve(problem, system, fd)
@@ -118,7 +125,7 @@ def _solve_jvp(primals, tangents):
     # Differences of solves whose steps ride the stability boundary are as untrustworthy
     # as the exact derivative of those steps (`_stiffness`).
     jac = flag_stiff_gradient(jac, system, out.record.stats, fd.accept_stiff_steps)
-    flat_dot = jac @ v
+    flat_dot = first_order_only("FiniteDifferences", jac @ v, primal_problem)
     n_ys = out.ys.size
     tangent = SolveOutput(
         flat_dot[:n_ys].reshape(out.ys.shape), flat_dot[n_ys:],

@@ -67,6 +67,7 @@ from ._sensitivity_common import (
     combine,
     derived_kwargs,
     fail_if_differentiated_failure,
+    first_order_only,
     integrand_or_empty,
     mask_params,
     ravel,
@@ -181,6 +182,8 @@ class _SensitivitySystem(DerivedSystem):
                 parts.append(jax.vmap(state_jvp, in_axes=1, out_axes=1)(s_p) + j_p)
         if cols.n_t0:
             parts.append(jax.vmap(state_jvp, in_axes=1, out_axes=1)(s[:, cols.total - 1:]))
+        if not parts:  # only t1 or save times move: no sensitivity columns
+            return jnp.zeros((y.shape[0], 0), y.dtype)
         return jnp.concatenate(parts, axis=1)
 
     def field(self, tau, z, params_on, direction):
@@ -311,6 +314,7 @@ def _solve_jvp(primals, tangents):
         if problem_dot.t1 is not None:
             q_dot = q_dot + tangent_or_zeros(problem_dot.t1, fixed.t1) * system.integrand(
                 fixed.t1, y_final, params)
+    ys_dot, q_dot = first_order_only("ForwardSensitivity", (ys_dot, q_dot), problem)
     tangent = SolveOutput(ys_dot, q_dot, jax.tree.map(lambda _: None, out.record))
     return out, tangent
 

@@ -49,6 +49,12 @@ def replay_on_grid(
     Returns:
         ``(ys, integral)``; ``integral`` is ``None`` without an integrand.
     """
+    if not isinstance(method, (AbstractERK, ButcherTableau)):
+        raise TypeError(
+            f"`replay_on_grid` replays explicit Runge–Kutta methods; got "
+            f"{type(method).__name__}. For a Rosenbrock or implicit solver, compare "
+            "`DiscreteAdjoint` with `DiscreteForward` (exact on the same grid) or with "
+            "`ja.check_gradient`")
     tableau = method if isinstance(method, ButcherTableau) else method.tableau
     interp = _interpolants.interpolant_for(tableau)
     try:

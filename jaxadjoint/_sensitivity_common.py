@@ -123,6 +123,43 @@ def fail_when_differentiated(system: Any, outputs: Any, result: Array) -> Any:
                         outputs)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _first_order_marker(name: str, one: Array) -> Array:
+    del name
+    return one
+
+
+@_first_order_marker.defjvp
+def _first_order_marker_jvp(name, primals, tangents):
+    del primals, tangents
+    raise TypeError(
+        f"`sensitivity={name}()` gives first derivatives only: its derivative rule cannot "
+        "be differentiated again (jax.hessian, jax.jacfwd of jax.grad, ...; it returned "
+        "zeros before). Use `sensitivity=jaxadjoint.DiscreteForward()` for second "
+        "derivatives (exact on the same step grid).")
+
+
+def first_order_only(name: str, tangent: Any, primals: Any) -> Any:
+    """``tangent`` (a derivative rule's output), unchanged, but raising at trace time when
+    the rule itself is differentiated with respect to ``primals`` (second derivatives).
+
+    For methods whose rule computes the derivative from constants (the sensitivity
+    matrix of `ForwardSensitivity`, the differences of `FiniteDifferences`): JAX would
+    differentiate it to zero.  The tangent is scaled by a one that depends on every
+    primal input (by a `jnp.where`, so that no NaN or Inf input leaks into it) and whose
+    own derivative raises.
+    """
+    leaves = [x for x in jax.tree.leaves(primals) if eqx.is_inexact_array(x)]
+    if not leaves:
+        return tangent
+    dtype = leaves[0].dtype
+    one = jnp.ones((), dtype)
+    for x in leaves:
+        one = jnp.where(True, one, jnp.sum(x).astype(dtype))
+    one = _first_order_marker(name, one)
+    return jax.tree.map(lambda t: t * one.astype(t.dtype), tangent)
+
+
 def derived_kwargs(system: System, **overrides: Any) -> dict[str, Any]:
     """Constructor arguments of a `DerivedSystem` copying ``system``'s settings."""
     kwargs = dict(

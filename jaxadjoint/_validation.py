@@ -218,6 +218,13 @@ def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
     if ts.ndim != 1 or ts.shape[0] == 0:
         raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
     xp = _np_or_jnp(ts, t0, t1)
+    # Times computed from t0 and t1 (``t0 + (t1 - t0) * s``) can land a few ulps outside:
+    # within 16 ulps of the interval's ends they are its ends (a traced time keeps its
+    # derivative).
+    slack = 16 * np.finfo(ts.dtype).eps * xp.maximum(xp.abs(t0), xp.abs(t1))
+    clipped = xp.clip(ts, xp.minimum(t0, t1), xp.maximum(t0, t1))
+    shift = xp.where(xp.abs(ts - clipped) <= slack, clipped - ts, 0)
+    ts = ts + (shift if xp is np else jax.lax.stop_gradient(shift))
     direction = xp.where(t1 >= t0, 1, -1)
     taus = direction * ts
     bad_order = xp.any(xp.diff(taus) < 0) if ts.shape[0] > 1 else xp.array(False)

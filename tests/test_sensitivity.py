@@ -214,6 +214,37 @@ def test_discrete_forward_hessian_matches_replay():
     assert max_rel_diff(hess, jax.jit(jax.hessian(replay_loss))(x)) < 1e-10
 
 
+@pytest.mark.parametrize("method", [ja.ForwardSensitivity(), ja.FiniteDifferences()],
+                         ids=["ForwardSensitivity", "FiniteDifferences"])
+def test_first_order_methods_refuse_second_derivatives(method):
+    """Their rules compute the derivative from constants, so JAX differentiated them to
+    zero (`jax.hessian` of y(1) = exp(-p) gave 0, not exp(-1)); now a `TypeError` at trace
+    time, through `jax.jit` too, while first derivatives work in both modes."""
+
+    def final(p):
+        return ja.solve(growth_rhs, jnp.asarray(1.5), 0.0, 1.0, p, rtol=1e-8, atol=1e-8,
+                        sensitivity=method, max_steps=MAX_STEPS).ys[-1]
+
+    p = jnp.asarray(0.8)
+    np.testing.assert_allclose(jax.grad(final)(p), jax.jacfwd(final)(p), rtol=1e-12)
+    for second in (jax.hessian(final), jax.hessian(jax.jit(final))):
+        with pytest.raises(TypeError, match="gives first derivatives only"):
+            second(p)
+
+
+def test_forward_sensitivity_in_t1_alone():
+    """Only ``t1`` (or a save time) moving leaves no sensitivity column: the augmented
+    system failed to build ("Need at least one array to concatenate")."""
+
+    def final(t1):
+        return ja.solve(growth_rhs, jnp.asarray(1.5), 0.0, t1, 0.8, rtol=1e-10, atol=1e-10,
+                        sensitivity=ja.ForwardSensitivity(), max_steps=MAX_STEPS).ys[-1]
+
+    t1 = jnp.asarray(2.0)
+    y1 = final(t1)
+    np.testing.assert_allclose(jax.grad(final)(t1), growth_rhs(t1, y1, 0.8), rtol=1e-8)
+
+
 def test_sensitivity_trajectory_and_normalised():
     a, y0 = jnp.array(0.8), jnp.array(1.5)
     ts = jnp.linspace(0.0, 4.0, 5)

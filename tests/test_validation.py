@@ -196,6 +196,23 @@ def test_values_that_do_not_fit_the_dtype_are_named():
         solve(y0=jnp.ones(1, jnp.float32), rtol=1e-50, atol=0.0)
 
 
+def test_save_times_computed_from_the_ends_may_round_past_them():
+    """``t0 + (t1 - t0) * s`` lands a few ulps past ``t1`` (t0 = 5, t1 = 1e-5): such a time
+    is ``t1`` (it was refused as outside [t0, t1]), eagerly and under jit."""
+    t0, t1 = 5.0, 1e-5
+    ts = t0 + (t1 - t0) * jnp.array([0.0, 0.3, 1.0])
+    assert float(ts[-1]) != t1
+    sol = solve(t0=t0, t1=t1, saveat=ts)
+    np.testing.assert_allclose(sol.ys[-1], Y0 * np.exp(-0.5 * (t1 - t0)), rtol=1e-5)
+    assert jax.jit(lambda ts: solve(t0=t0, t1=t1, saveat=ts).result)(ts) == \
+        ja.RESULTS.successful
+
+
+def test_replay_on_grid_names_what_it_replays():
+    with pytest.raises(TypeError, match="replays explicit Runge–Kutta methods; got Rodas5"):
+        ja.replay_on_grid(decay, ja.Rodas5(), Y0, K, jnp.array([0.0, 1.0]))
+
+
 def test_dt0_with_a_given_step_grid_is_refused():
     """`dt0` beside `ConstantStep`/`StepTo` was silently ignored."""
     with pytest.raises(ValueError, match=r"`dt0` is not used with `controller=ConstantStep"):
