@@ -343,6 +343,19 @@ def final_row_slopes(plan: StagePlan, k: Array) -> Array:
     return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(first)
 
 
+def final_row_curvature(plan: StagePlan, k: Array) -> Array:
+    """The second time derivative of the final state's row at ``theta = 0``
+    (`final_row_slopes`): ``b_1''(0)`` times its first slope, not that of the solution."""
+    with jax.ensure_compile_time_eval():
+        def first_weight(theta):
+            return plan.weights.weight_matrix(jnp.reshape(theta, (1,)))[0, 0]
+
+        zero = jnp.zeros((), jnp.result_type(float))
+        second = float(jax.grad(jax.grad(first_weight))(zero))
+        scale = plan.weights.initial_slope()
+    return second * (k if scale == 1 else k / scale)
+
+
 def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
                     y: Array, k: Array, taus: Array) -> DenseRows:
     """Append the final state ``y_T`` at ``t_T`` as a row (`final_row_slopes`)."""

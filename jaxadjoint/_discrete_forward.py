@@ -42,7 +42,14 @@ from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
 from ._checkpoints import StoreStages
-from ._dense import DenseRows, final_row_slopes, interpolate, row_slopes, save_rows
+from ._dense import (
+    DenseRows,
+    final_row_curvature,
+    final_row_slopes,
+    interpolate,
+    row_slopes,
+    save_rows,
+)
 from ._events import event_state
 from ._forward import EventRecord, Recorder, forward_loop, quadrature_increment
 from ._lanes import any_in_batch
@@ -113,7 +120,10 @@ def replay(
         grid, rows = moved_record(grid, num_accepted, rows, direction * t1,
                                   jnp.where(system.event_start, direction * dt0, 0))
         dt0 = jnp.where(system.event_start, 0, dt0)
-    y0 = problem.y0 - dt0 * system.rhs(t0, problem.y0, params)
+    # ``y0 - dt0 f`` to first order, and to second (a Hessian in t0) the midpoint rule:
+    # the state at the fixed grid start of the solution through (t0 + dt0, y0).
+    f0 = system.rhs(t0, problem.y0, params)
+    y0 = problem.y0 - dt0 * system.rhs(t0 - dt0 / 2, problem.y0 - dt0 / 2 * f0, params)
 
     def f(tau, y):
         return system.field(tau, y, params, direction)
@@ -178,14 +188,27 @@ def replay(
     row_y = row_y.at[last].set(y_final)
     row_k = row_k.at[last].set(final_row_slopes(plan, f(tau_final, y_final)))
     final = eqx.tree_at(lambda r: (r.y, r.k), rows, (row_y, row_k))
+    taus = direction * problem.ts
     if restart:
-        ys = interpolate_moved(plan.weights, final, direction * problem.ts)
+        ys = interpolate_moved(plan.weights, final, taus)
     else:
-        ys = interpolate(plan.weights, final, direction * problem.ts, save_rows(final))
+        ys = interpolate(plan.weights, final, taus, save_rows(final))
+    # Saves at t_T (t1) are read on the final state's row, exact to first order in their
+    # time (``f``).  To second order (a Hessian in t1 or in such a save time) the solution
+    # curves by ``d/dt f(t, y(t))``; the row by another amount: add the difference times
+    # ``delta^2 / 2``, zero in value and in first derivative.
+    k_final, curvature = jax.jvp(f, (tau_final, y_final),
+                                 (jnp.ones_like(tau_final), f(tau_final, y_final)))
+    delta = jnp.where(taus >= jax.lax.stop_gradient(tau_final), taus - tau_final, 0)
+    bend = curvature - final_row_curvature(plan, k_final)
+    bend = jnp.where(jnp.isfinite(bend), bend, 0)  # must not turn the value into NaN
+    ys = ys + 0.5 * (delta**2)[:, None] * bend
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
-        q = (q - dt0 * system.integrand(t0, problem.y0, params)
-             + dt1 * system.integrand(t1, y_final, params))
+        # Midpoint rules, exact to second order as ``y0`` above.
+        y1_mid = y_final + dt1 / 2 * system.rhs(t1, y_final, params)
+        q = (q - dt0 * system.integrand(t0 - dt0 / 2, problem.y0 - dt0 / 2 * f0, params)
+             + dt1 * system.integrand(t1 - dt1 / 2, y1_mid, params))
     return ys, q, final
 
 

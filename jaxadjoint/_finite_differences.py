@@ -23,7 +23,7 @@ Use it as a sanity check, not for production gradients.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -88,7 +88,7 @@ def _solve_jvp(primals, tangents):
         return jnp.concatenate([ys.reshape(-1), integral]), ok
 
     def bumped(k: Array, sign: float) -> tuple[Array, Array, Array]:
-        h = fd.step * jnp.maximum(1.0, jnp.abs(x[k]))
+        h = fd.bump(dtype) * jnp.maximum(1.0, jnp.abs(x[k]))
         xk = x.at[k].add(sign * h)
         return xk, xk[k] - x[k], _valid(combine(unravel(xk), off), problem)
 
@@ -138,7 +138,10 @@ class FiniteDifferences(AbstractSensitivity):
     """Derivatives by re-solving with perturbed inputs (central or forward differences).
 
     Arguments:
-        step: relative bump, ``h_k = step * max(1, |x_k|)`` (default ``1e-6``).
+        step: relative bump, ``h_k = step * max(1, |x_k|)``.  By default ``1e-6`` in
+            float64 and, in lower precision, ``eps^(1/3)`` (central) or ``eps^(1/2)``
+            (forward) of the state's dtype: float32 ``4.9e-3`` / ``3.5e-4`` (``1e-6`` was
+            45 % off on Lotka–Volterra in float32, round-off divided by the bump).
         scheme: ``"central"`` (2 solves per differentiated scalar, error ``O(h^2)``) or
             ``"forward"`` (1 solve each, error ``O(h)``).
         accept_stiff_steps: return the derivative even when the unperturbed solve rode
@@ -149,17 +152,27 @@ class FiniteDifferences(AbstractSensitivity):
     ``P`` or ``2P`` extra solves, ``P`` the number of differentiated scalar inputs.
     """
 
-    step: float = eqx.field(static=True, default=1e-6)
+    step: float | None = eqx.field(static=True, default=None)
     scheme: Literal["central", "forward"] = eqx.field(static=True, default="central")
     accept_stiff_steps: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
-        if not isinstance(self.step, int | float) or isinstance(self.step, bool) or not (
-            0 < self.step < 1
+        if self.step is not None and (
+            not isinstance(self.step, int | float) or isinstance(self.step, bool)
+            or not 0 < self.step < 1
         ):
             raise ValueError(f"`step` must be a number in (0, 1), got {self.step!r}")
         if self.scheme not in ("central", "forward"):
             raise ValueError(f"`scheme` must be 'central' or 'forward', got {self.scheme!r}")
+
+    def bump(self, dtype: Any) -> float:
+        """The relative bump for a state of ``dtype`` (``step``, or its default)."""
+        if self.step is not None:
+            return self.step
+        if jnp.dtype(dtype) == jnp.float64:
+            return 1e-6
+        eps = float(jnp.finfo(dtype).eps)
+        return eps ** (1 / 3) if self.scheme == "central" else eps ** 0.5
 
     def __call__(self, system: System, problem: Problem) -> SolveOutput:
         return _solve(problem, system, self)
