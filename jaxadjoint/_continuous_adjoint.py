@@ -358,7 +358,10 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     )
     # A failed backward solve, or a non-finite adjoint, is never returned as a number
     # (whatever `throw` says about the forward solve).
-    lam, pbar_flat = adj_result.error_if((lam, pbar_flat), adj_result != RESULTS.successful)
+    # Its own message: the forward solve's (e.g. "explicit methods need tiny steps")
+    # would blame the wrong solve.
+    lam, pbar_flat = RESULTS.adjoint_solve_failed.error_if(
+        (lam, pbar_flat), adj_result != RESULTS.successful)
     lam, pbar_flat = raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction)
     pbar = ravel(params_on, dtype)[1](pbar_flat)
 

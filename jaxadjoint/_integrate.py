@@ -159,9 +159,10 @@ def solve(
         args: a pytree passed to ``rhs`` and ``integrand``.
         solver: the method: explicit (`Dopri5`, `Tsit5`, `CashKarp`, ...) or, for stiff
             problems, Rosenbrock (`Rodas5`, `Rodas4`, `Rodas3`) or implicit (`Kvaerno5`).
-        rtol, atol: local error tolerances of adaptive controllers.
+        rtol, atol: local error tolerances of adaptive controllers (scalars).
         dt0: first step; chosen automatically when ``None`` (adaptive controllers), the
-            constant step for fixed-step solvers without a ``controller``.
+            constant step for fixed-step solvers without a ``controller``.  Its sign is
+            ignored (as ``ConstantStep``'s): ``t0`` and ``t1`` set the direction.
         controller: `IController` (default for adaptive solvers), `PIController`,
             `OdeintController`, `ConstantStep` or `StepTo`.
         saveat: 1-D array of times at which to return the state, evaluated on the

@@ -77,6 +77,13 @@ class RESULTS(eqx.Enumeration):
         "the jump move the state away from the condition's zero, or add a terminal event "
         "that stops the solve (e.g. when the bounce speed falls below a threshold)."
     )
+    adjoint_solve_failed = (
+        "The backward (adjoint) solve of `ContinuousAdjoint` failed, although the forward "
+        "solve succeeded: it reached `max_steps`, its step became too small, or it produced "
+        "NaN or Inf. The adjoint equations of a stiff problem can be much harder than the "
+        "problem itself, in float32 especially. Use `DiscreteAdjoint` (no backward solve: "
+        "the exact derivative of the forward steps), float64, or a larger `max_steps`."
+    )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "
         "be meaningless. Fix the solve (e.g. increase `max_steps`) before taking gradients."

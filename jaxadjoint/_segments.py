@@ -202,6 +202,12 @@ def jump_segments(
     # The end of the last active segment.
     last = jnp.sum(active.astype(jnp.int32)) - 1
     t_end, y_end = t_ends[last], y_ends[last]
+    # A solve stopped by too many or chattering events did not reach t1: with
+    # `saveat=None` it reports y(t1) as NaN, as a solve out of `max_steps` does (it gave
+    # the state before the last jump, at that event's time).
+    cut_short = (result == RESULTS.max_events_reached) | (result == RESULTS.event_chattering)
+    t_end = jnp.where(cut_short, problem.t1, t_end)
+    y_end = jnp.where(cut_short, jnp.nan, y_end)
     # Events in order (every active segment but the last ends with one).
     count = jnp.sum(fired, dtype=jnp.int32)
     # Empty segments (after the end) spend a few evaluations on their start: not counted.

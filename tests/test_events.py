@@ -531,6 +531,17 @@ def test_jump_fires_before_a_terminal_event_listed_after_it():
         assert float(y[1]) > 0  # stopped just after the bounce, rising
 
 
+def test_out_of_events_without_saves_reports_nan_at_t1():
+    """Three bounces needed, `max_events=2`: with `saveat=None` the solve returned the
+    state before the last jump at that event's time; like a solve out of `max_steps` it
+    now reports y(t1) as NaN."""
+    sol = ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 3.0, FREE, events=BOUNCE,
+                   max_events=2, throw=False)
+    assert sol.result == ja.RESULTS.max_events_reached
+    np.testing.assert_array_equal(sol.ts, [3.0])
+    assert np.all(np.isnan(np.asarray(sol.ys)))
+
+
 def test_zeno_ball_at_a_loose_tolerance_fails_clearly():
     """Restitution 0.5 at rtol 1e-6: the bounces' rebounds shrink below a step, and the
     ball, turned back by its last bounce, came back through the floor within the next

@@ -531,6 +531,28 @@ def test_jitted_gradient_of_a_linear_loss_of_a_failed_solve_raises(sensitivity):
         jax.block_until_ready(jax.jit(jax.grad(loss))(0.5))
 
 
+def test_a_failed_adjoint_solve_names_itself():
+    """Float32 Robertson with Rodas5: the forward solve succeeds in 23 steps, the
+    continuous adjoint's backward solve does not; the error blamed the forward solve
+    ("explicit Runge-Kutta methods need tiny steps")."""
+
+    def robertson(t, y, k):
+        return jnp.stack([-k[0] * y[0] + k[2] * y[1] * y[2],
+                          k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
+                          k[1] * y[1] ** 2])
+
+    k = jnp.array([0.04, 3e7, 1e4], jnp.float32)
+    y0 = jnp.array([1.0, 0.0, 0.0], jnp.float32)
+
+    def final(k):
+        return ja.solve(robertson, y0, 0.0, 40.0, k, solver=ja.Rodas5(), rtol=1e-4,
+                        atol=1e-7, sensitivity=ja.ContinuousAdjoint()).ys[-1, 0]
+
+    assert np.isfinite(float(final(k)))
+    with pytest.raises(Exception, match=r"backward \(adjoint\) solve of `ContinuousAdjoint`"):
+        jax.block_until_ready(jax.jit(jax.grad(final))(k))
+
+
 def _failed_solve_loss(sensitivity):
     """A loss whose solve exhausts ``max_steps`` (``throw=False``: failure via result)."""
 
