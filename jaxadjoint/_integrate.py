@@ -289,14 +289,19 @@ def _solve(
     check.check_scalar("rtol", rtol)
     check.check_scalar("atol", atol)
     rtol, atol = check.check_tolerances(rtol, atol, throw)
+    if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
+        # Ignored there: refused unless it is the same constant step (concretely).
+        same = (isinstance(controller, ConstantStep) and check.is_concrete(dt0)
+                and check.is_concrete(controller.dt)
+                and abs(float(dt0)) == abs(float(np.asarray(controller.dt))))
+        if not same:
+            raise ValueError(f"`dt0` is not used with `controller="
+                             f"{type(controller).__name__}(...)`, whose steps are given: "
+                             "drop `dt0` (or pass the step as `ConstantStep(dt)`)")
     if dt0 is not None:
         dt0 = check.as_real_array("dt0", dt0, dtype)
         check.check_scalar("dt0", dt0)
         dt0 = check.check_step("dt0", dt0, throw)
-    if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
-        raise ValueError(f"`dt0` is not used with `controller={type(controller).__name__}"
-                         "(...)`, whose steps are given: drop `dt0` (or pass the step as "
-                         "`ConstantStep(dt)`)")
     controller = _default_controller(solver, controller, dt0)
     controller = _check_controller(controller, t0, t1, dtype, throw)
     if saveat.ts is None:
