@@ -22,12 +22,10 @@ import pytest
 # (2026-11-27: with the first seven only, the in-process tests took 13 minutes on two cores
 # and the background jobs about 6; the last three, about a minute run alone, move work to
 # the idle side.  Moving `test_sequential.py` too made the jobs the longer side: the suite
-# then waited three minutes for them.  Later the same day the events and sensitivity tests
-# grew by about a minute on this side, and `test_save_cotangents.py` and
-# `test_reverse_paths.py`, about 30 s each alone, went back.)
+# then waited three minutes for them.)
 MODULES = ("test_events.py", "test_stiff_sensitivities.py", "test_rosenbrock.py",
            "test_esdirk.py", "test_sensitivity.py", "test_stiffness.py", "test_trust.py",
-           "test_checkpoints.py")
+           "test_save_cotangents.py", "test_checkpoints.py", "test_reverse_paths.py")
 # Set in the second process: it must not delegate again.
 IN_SECOND_PROCESS = "JAXADJOINT_TESTS_SECOND_PROCESS"
 TESTS = Path(__file__).resolve().parent
