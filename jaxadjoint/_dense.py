@@ -33,6 +33,7 @@ from jax import Array
 
 from ._save_cotangents import PendingSaves, pending_saves
 from ._uninitialised import uninitialised
+from ._validation import is_concrete
 from .solvers import _interpolants
 from .solvers._base import AbstractDenseWeights, continuous_extension
 from .solvers._explicit import AbstractERK, linear_combination, stage_time
@@ -343,17 +344,15 @@ def final_row_slopes(plan: StagePlan, k: Array) -> Array:
     return jnp.zeros((len(plan.interpolation_stages),) + k.shape, k.dtype).at[0].set(first)
 
 
-def final_row_curvature(plan: StagePlan, k: Array) -> Array:
-    """The second time derivative of the final state's row at ``theta = 0``
-    (`final_row_slopes`): ``b_1''(0)`` times its first slope, not that of the solution."""
+def first_weight_curvature(plan: StagePlan) -> float:
+    """``b_1''(0)``: the final state's row (`final_row_slopes`), whose only slope is the
+    first, curves by this times that slope at ``theta = 0``, not as the solution does."""
     with jax.ensure_compile_time_eval():
         def first_weight(theta):
             return plan.weights.weight_matrix(jnp.reshape(theta, (1,)))[0, 0]
 
         zero = jnp.zeros((), jnp.result_type(float))
-        second = float(jax.grad(jax.grad(first_weight))(zero))
-        scale = plan.weights.initial_slope()
-    return second * (k if scale == 1 else k / scale)
+        return float(jax.grad(jax.grad(first_weight))(zero))
 
 
 def write_final_row(plan: StagePlan, rows: DenseRows, num_accepted: Array, tau: Array,
@@ -516,8 +515,8 @@ class DenseInterpolation(eqx.Module):
         slack = 16 * jnp.finfo(taus.dtype).eps * jnp.maximum(jnp.abs(first), jnp.abs(last))
         inside = jnp.clip(taus, first, last)
         outside = jnp.abs(taus - inside) > slack
-        if all(isinstance(x, np.ndarray) or not isinstance(x, jax.core.Tracer)
-               for x in (taus, tau_rows, self.rows.count)) and bool(jnp.any(outside)):
+        if all(is_concrete(x) for x in (taus, tau_rows, self.rows.count)) and bool(
+                jnp.any(outside)):
             bad = np.asarray(self.direction * taus)[np.asarray(outside)]
             ends = np.asarray(self.direction * jnp.stack([first, last]))
             raise ValueError(f"`evaluate` got times outside the solved interval "

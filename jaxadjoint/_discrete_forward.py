@@ -44,8 +44,8 @@ from ._adjoint import plain_solve, to_solve_output
 from ._checkpoints import StoreStages
 from ._dense import (
     DenseRows,
-    final_row_curvature,
     final_row_slopes,
+    first_weight_curvature,
     interpolate,
     row_slopes,
     save_rows,
@@ -186,7 +186,9 @@ def replay(
     last = rows.count - 1
     tau_final = grid[num_accepted]
     row_y = row_y.at[last].set(y_final)
-    row_k = row_k.at[last].set(final_row_slopes(plan, f(tau_final, y_final)))
+    k_final = f(tau_final, y_final)
+    final_slopes = final_row_slopes(plan, k_final)
+    row_k = row_k.at[last].set(final_slopes)
     final = eqx.tree_at(lambda r: (r.y, r.k), rows, (row_y, row_k))
     taus = direction * problem.ts
     if restart:
@@ -197,16 +199,15 @@ def replay(
     # time (``f``).  To second order (a Hessian in t1 or in such a save time) the solution
     # curves by ``d/dt f(t, y(t))``; the row by another amount: add the difference times
     # ``delta^2 / 2``, zero in value and in first derivative.
-    k_final, curvature = jax.jvp(f, (tau_final, y_final),
-                                 (jnp.ones_like(tau_final), f(tau_final, y_final)))
+    curvature = jax.jvp(f, (tau_final, y_final), (jnp.ones_like(tau_final), k_final))[1]
     delta = jnp.where(taus >= jax.lax.stop_gradient(tau_final), taus - tau_final, 0)
-    bend = curvature - final_row_curvature(plan, k_final)
+    bend = curvature - first_weight_curvature(plan) * final_slopes[0]
     bend = jnp.where(jnp.isfinite(bend), bend, 0)  # must not turn the value into NaN
     ys = ys + 0.5 * (delta**2)[:, None] * bend
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         # Midpoint rules, exact to second order as ``y0`` above.
-        y1_mid = y_final + dt1 / 2 * system.rhs(t1, y_final, params)
+        y1_mid = y_final + dt1 / 2 * direction * k_final  # k_final = f in internal time
         q = (q - dt0 * system.integrand(t0 - dt0 / 2, problem.y0 - dt0 / 2 * f0, params)
              + dt1 * system.integrand(t1 - dt1 / 2, y1_mid, params))
     return ys, q, final

@@ -135,7 +135,8 @@ def jump_segments(
         # condition starts there at zero whatever round-off is left in it (judged against
         # the step's own values, a residual of 1e-15 on the far side of zero was taken
         # for a fresh crossing, logged twice and stopped as chattering).
-        g_plus = conditions(e.t, y_plus)
+        # Decisions, not values: nothing here is differentiated.
+        g_plus = jax.lax.stop_gradient(conditions(e.t, y_plus))
         at_zero = (jnp.abs(g_plus) <= 64 * eps * e.scale) | is_recorded
         this = jnp.arange(num_cond, dtype=jnp.int32) == e.which
         # Events at the same instant (``burst``: the conditions that fired there, before
@@ -149,16 +150,14 @@ def jump_segments(
         # Every condition that fired at this instant and is still at its zero starts the
         # next segment there.
         zero_next = burst_next & at_zero
-        # Decisions, not values: nothing here is differentiated.
-        g_minus, g_plus_, e_pending = jax.lax.stop_gradient(
-            (conditions(e.t, e.y), g_plus, e.pending))
+        g_minus, e_pending = jax.lax.stop_gradient((conditions(e.t, e.y), e.pending))
         g_rate = jax.lax.stop_gradient(rate(e.t, y_plus))
         # Conditions that crossed at this instant and have not fired fire at the start of
         # the next segment if the jump left them at their zero, or did not move them
         # (`_events`).
         tol = 64 * eps * jnp.maximum(e_pending, jnp.abs(g_minus))
-        pending_next = (e_pending > 0) & ((jnp.abs(g_plus_) <= tol)
-                                          | (jnp.abs(g_plus_ - g_minus) <= tol))
+        pending_next = (e_pending > 0) & ((jnp.abs(g_plus) <= tol)
+                                          | (jnp.abs(g_plus - g_minus) <= tol))
         # A condition that just fired and that its jump turned back (a bounce): watched in
         # the next segment's first step, which must not take it through its zero again.
         turned_back = jnp.where(directions == 0, g_rate != 0, directions * g_rate < 0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -78,8 +78,12 @@ def fail_if_differentiated_failure(system: Any, value: Any, result: Array) -> An
     but under `jax.jit` a loss linear in the outputs never reads their values, and XLA
     drops that check with them (a zero gradient was returned).
     """
+    return _refuse_failure(value, result, system.throw)
+
+
+def _refuse_failure(value: Any, result: Any, throw: bool) -> Any:
     failed = result != RESULTS.successful
-    if system.throw:
+    if throw:
         return result.error_if(value, failed)
     return eqx.error_if(value, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
@@ -97,18 +101,8 @@ def _fails_when_differentiated_jvp(throw, primals, tangents):
     # The check is on a primal quantity the tangent is scaled by: under `jax.grad` it runs
     # in the forward pass (a residual), where a check on the tangent itself would be
     # dropped with the unused forward-mode half of the linearised program.
-    one = _Throwing(throw).check(jnp.ones((), value.dtype), result)
+    one = _refuse_failure(jnp.ones((), value.dtype), result, throw)
     return value, value_dot * one
-
-
-class _Throwing(NamedTuple):
-    throw: bool
-
-    def check(self, value: Array, result: Any) -> Array:
-        failed = result != RESULTS.successful
-        if self.throw:
-            return result.error_if(value, failed)
-        return eqx.error_if(value, failed, RESULTS[RESULTS.failed_solve_differentiated])
 
 
 def fail_when_differentiated(system: Any, outputs: Any, result: Array) -> Any:

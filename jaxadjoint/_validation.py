@@ -100,9 +100,7 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
         wide = original.astype(np.float64)
         lost = (np.isfinite(wide) & ~np.isfinite(cast)) | ((wide != 0) & (cast == 0))
         if np.any(lost):
-            bad = wide[lost].ravel()[0]
-            with np.errstate(over="ignore", under="ignore"):
-                became = np.asarray(bad, dtype)
+            bad, became = wide[lost].ravel()[0], cast[lost].ravel()[0]
             raise ValueError(f"`{name}` = {bad:g} does not fit the solve's dtype "
                              f"{np.dtype(dtype).name} (that of `y0`; it became "
                              f"{became}): give `y0` a wider dtype or rescale")
