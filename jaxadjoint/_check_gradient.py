@@ -135,9 +135,11 @@ class GradientCheck:
             return (
                 "UNRELIABLE: the derivative of the discretisation has not converged to the "
                 "derivative of the ODE (it changes with the tolerance far beyond truncation). "
-                "Typical cause: a stiff problem solved with an explicit method (steps on the "
-                "stability boundary); try a Rosenbrock solver (ja.Rodas5()) or tighter "
-                "tolerances." + amplified
+                "Typical causes: a stiff problem solved with an explicit method (steps on "
+                "the stability boundary; try a Rosenbrock solver, ja.Rodas5(), or tighter "
+                "tolerances), or a right-hand side that switches in time or state (a "
+                "`jnp.where` on t: make the switch an `Event`, README 'Inputs that switch in "
+                "time')." + amplified
             )
         if not same_grid.ok:
             if discrete:
@@ -151,8 +153,9 @@ class GradientCheck:
             )
         return (
             "UNRELIABLE: finite differences disagree beyond truncation while the tolerances "
-            "agree: the loss may be non-smooth in the parameters, or the finite-difference "
-            "step too large for it."
+            "agree: the loss may be non-smooth in the parameters (a switch such as "
+            "`jnp.where(t < p, ...)` has no derivative in `p`; make it an `Event`, README "
+            "'Inputs that switch in time'), or the finite-difference step too large for it."
         )
 
     def __str__(self) -> str:

@@ -11,9 +11,12 @@ class RESULTS(eqx.Enumeration):
 
     successful = ""
     max_steps_reached = (
-        "The solve reached `max_steps` before `t1`. Increase `max_steps`, loosen "
-        "`rtol`/`atol`, or check whether the problem is stiff (explicit Runge–Kutta "
-        "methods need tiny steps on stiff problems)."
+        "The solve reached `max_steps` before `t1`. Increase `max_steps` or loosen "
+        "`rtol`/`atol`. With an explicit method, check whether the problem is stiff "
+        "(explicit Runge–Kutta methods need tiny steps there; use Rodas5 or Kvaerno5). "
+        "With an implicit one, many rejected steps (`sol.stats['num_rejected_steps']`) "
+        "point to a Newton iteration limit too low or a right-hand side that switches "
+        "in time or state (`jnp.where`): make such a switch an `Event`."
     )
     nonfinite = (
         "The right-hand side produced NaN or Inf and shrinking the step did not help. "
@@ -82,7 +85,8 @@ class RESULTS(eqx.Enumeration):
         "solve succeeded: it reached `max_steps`, its step became too small, or it produced "
         "NaN or Inf. The adjoint equations of a stiff problem can be much harder than the "
         "problem itself, in float32 especially. Use `DiscreteAdjoint` (no backward solve: "
-        "the exact derivative of the forward steps), float64, or a larger `max_steps`."
+        "the exact derivative of the forward steps), float64, or a larger `max_steps` "
+        "(which did not help on Robertson's kinetics to t = 4e9 and beyond)."
     )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "

@@ -353,9 +353,11 @@ def check_reverse_mode_only(sensitivity: str, inputs: Any) -> None:
     JAX cannot push tangents through a `jax.custom_vjp` function: `jax.jvp` and
     `jax.jacfwd` fail with a generic message, `jax.hessian` (forward over reverse) with a
     bare ``AssertionError`` from inside JAX.  Checked at trace time, on the inputs.
-    Reverse mode (`jax.grad`, `jax.vjp`, `jax.linearize`) traces with linearize tracers
-    when ``jax_use_direct_linearize`` is on (the default); only then does a JVP tracer mean
-    forward mode, so otherwise nothing is checked.
+    Reverse mode (`jax.grad`, `jax.vjp`) traces with linearize tracers when
+    ``jax_use_direct_linearize`` is on (the default); only then does a JVP tracer mean
+    forward mode, so otherwise nothing is checked.  `jax.linearize` traces with the same
+    tracers as `jax.grad`, so it passes here; applying its linear function (forward mode)
+    then fails with JAX's own message (README, "Choosing a sensitivity method").
     """
     if _JVPTracer is None or not getattr(jax.config, "jax_use_direct_linearize", False):
         return

@@ -698,3 +698,44 @@ def test_bad_event_arguments():
     with pytest.raises(ValueError, match="integrand"):
         ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=LAND,
                  integrand=lambda t, y, a: y)
+
+
+# --- an input switched off at a time: the README's dosing recipe --------------------------
+
+
+def _infusion(t, s, p):
+    amount, rate = s
+    return jnp.stack([-p["k"] * amount + rate, jnp.zeros_like(rate)])
+
+
+_STOP_INFUSION = ja.Event(lambda t, s, p: t - p["T"], direction="rising",
+                          jump=lambda t, s, p: s.at[1].set(0.0))
+
+
+def _infused_amount(T, t):
+    """Closed form of the amount at ``t`` for unit rate until ``T`` and ``k = 1``."""
+    at_stop = 1 - np.exp(-T)
+    return np.where(t < T, 1 - np.exp(-t), at_stop * np.exp(-(t - T)))
+
+
+def test_an_input_switched_off_by_an_event_converges_and_differentiates_in_its_time():
+    """An infusion that stops at ``T``, with Rodas5: as an event, the saves converge with
+    ``rtol`` and d y(3)/dT is the closed form's, where a ``jnp.where(t < T, ...)`` switch in
+    the rhs is stepped over by Rodas5's error estimate and has no derivative in ``T``
+    (README, "Inputs that switch in time")."""
+    ts = jnp.array([0.5, 1.5, 3.0])
+
+    @jax.jit
+    def amounts(T, rtol):
+        sol = ja.solve(_infusion, jnp.array([0.0, 1.0]), 0.0, 3.0, {"k": 1.0, "T": T},
+                       solver=ja.Rodas5(), saveat=ts, rtol=rtol, atol=rtol / 100,
+                       events=[_STOP_INFUSION])
+        return sol.ys[:, 0]
+
+    exact = _infused_amount(1.0, np.asarray(ts))
+    for rtol, bound in [(1e-6, 1e-5), (1e-9, 1e-8), (1e-12, 1e-11)]:
+        np.testing.assert_allclose(amounts(1.0, rtol), exact, rtol=bound)
+    # d/dT of (1 - e^-T) e^-(3 - T) = e^-3 + (1 - e^-T) e^-(3 - T)
+    slope = jax.grad(lambda T: amounts(T, 1e-9)[-1])(1.0)
+    np.testing.assert_allclose(slope, np.exp(-3.0) + (1 - np.exp(-1.0)) * np.exp(-2.0),
+                               rtol=1e-8)
