@@ -29,6 +29,7 @@ from ._saveat import SaveAt as SaveAt
 from ._sensitivity_base import AbstractSensitivity as AbstractSensitivity
 from ._small_loops import compile_small_loops as compile_small_loops
 from ._solution import EventLog as EventLog, Solution as Solution
+from ._time_switches import TimeSwitchWarning as TimeSwitchWarning
 from .solvers._base import AbstractSolver as AbstractSolver
 from .solvers._esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno5 as Kvaerno5
 from .solvers._esdirk_tableaus import ESDIRKTableau as ESDIRKTableau

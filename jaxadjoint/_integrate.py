@@ -23,6 +23,7 @@ from ._sensitivity_base import AbstractSensitivity
 from ._solution import Solution
 from ._stiff_quadrature import solve_with_quadrature_state, uses_quadrature_state
 from ._system import Problem, System
+from ._time_switches import warn_if_switching_in_time
 from .solvers._base import AbstractSolver
 from .solvers._explicit import AbstractERK, Dopri5
 
@@ -331,6 +332,8 @@ def _solve(
         unravel_integral = ravel_pytree(zeros)[1]
         integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
     rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
+    if not isinstance(controller, (ConstantStep, StepTo)):
+        warn_if_switching_in_time(solver, rhs, t0, y0, args)
     conditions_cc = ()
     if events:
         check_events(events, saveat, sensitivity, integrand, controller, max_events)

@@ -1,0 +1,88 @@
+"""A right-hand side that switches in time, with a solver whose error estimate cannot see
+it (Rodas5), gets a `TimeSwitchWarning` when the solve is traced; other solvers, smooth
+time dependence and switches in the state do not.  Traced with `jax.eval_shape` only:
+nothing is compiled."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxadjoint as ja
+from jaxadjoint._time_switches import switches_in_time
+
+
+def switched(t, y, k):
+    return -k * y + jnp.where(t < 1.0, 1.0, 0.0)
+
+
+def smooth(t, y, k):
+    return -k * y + jnp.sin(t)
+
+
+def switched_in_state(t, y, k):
+    return -k * y * jnp.where(y > 0, 1.0, 0.0)
+
+
+def tabulated(t, y, k):
+    return -k * y + jnp.interp(t, jnp.array([0.0, 1.0, 2.0]), jnp.array([0.0, 1.0, 0.0]))
+
+
+def nested_cond(t, y, k):
+    inner = jax.jit(lambda s: jax.lax.cond(s > 1.0, lambda: 0.0, lambda: 1.0))
+    return -k * y + inner(2.0 * t)
+
+
+def switch_time_in_args(t, y, args):
+    return -args["k"] * y + jnp.where(t < args["T"], 1.0, 0.0)
+
+
+def _warnings(rhs, solver, args=1.0, **options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.eval_shape(lambda a: ja.solve(rhs, jnp.array([1.0]), 0.0, 3.0, a, solver=solver,
+                                          **options).ys, args)
+    return [w for w in caught if issubclass(w.category, ja.TimeSwitchWarning)]
+
+
+@pytest.mark.parametrize("rhs", [switched, tabulated, nested_cond])
+def test_rodas5_warns_of_a_switch_in_time(rhs):
+    (warning,) = _warnings(rhs, ja.Rodas5())
+    message = str(warning.message)
+    assert "Rodas5's error estimate does not see a step across the switch" in message
+    assert "`Event`" in message
+
+
+def test_a_switch_time_in_args_is_found():
+    assert _warnings(switch_time_in_args, ja.Rodas5(), {"k": 1.0, "T": jnp.array(1.0)})
+
+
+@pytest.mark.parametrize("rhs, solver", [
+    (switched, ja.Rodas4()), (switched, ja.Rodas3()), (switched, ja.Kvaerno5()),
+    (switched, ja.Dopri5()), (smooth, ja.Rodas5()), (switched_in_state, ja.Rodas5()),
+])
+def test_no_warning_where_the_estimate_sees_it_or_nothing_switches_in_time(rhs, solver):
+    assert not _warnings(rhs, solver)
+
+
+def test_no_warning_with_fixed_steps():
+    assert not _warnings(switched, ja.Rodas5(), controller=ja.ConstantStep(0.1))
+
+
+def test_which_estimates_see_changes_in_time():
+    """Rodas5's main and embedded solutions differ only in stages at ``t_n + h``."""
+    assert not ja.Rodas5().estimate_sees_time_changes
+    assert ja.Rodas4().estimate_sees_time_changes
+    assert ja.Rodas3().estimate_sees_time_changes
+
+
+def test_the_search_follows_t_only():
+    y, t = jnp.array([1.0]), jnp.array(0.0)
+    assert switches_in_time(switched, t, y, 1.0)
+    assert not switches_in_time(switched_in_state, t, y, 1.0)
+    # A comparison of parameters alone does not read t.
+    assert not switches_in_time(lambda t, y, a: y * jnp.where(a > 0, 1.0, 2.0), t, y,
+                                jnp.array(1.0))
