@@ -8,7 +8,6 @@ import subprocess
 import sys
 import warnings
 
-import background_jobs as background
 import jax
 import jax.numpy as jnp
 import pytest
@@ -59,26 +58,19 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
 
 
 def _faults_per_call(mode: str) -> float:
-    out = background.run([sys.executable, "-c", _FAULTS_PER_CALL, mode], timeout=300)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-3000:])
+    out = subprocess.run([sys.executable, "-c", _FAULTS_PER_CALL, mode], capture_output=True,
+                         text=True, check=True, timeout=300)
     return float(out.stdout.split()[-1])
 
 
-@background.job("allocator page faults")
-def _page_faults() -> tuple[float, float]:
-    # Two processes of their own, beside the in-process tests (about 30 s on two cores).
-    return _faults_per_call("default"), _faults_per_call("retain")
-
-
 @pytest.mark.skipif(not GLIBC, reason="the setting exists in glibc only")
-@pytest.mark.background("allocator page faults")
 def test_freed_memory_is_reused_even_when_set_after_the_first_call():
     """A batched gradient whose temporaries exceed glibc's 32 MiB reuse threshold (64 lanes,
     `max_steps` 4096: the record alone is 33.5 MB) faults in ~2 200 fresh pages on every call
     by default.  With the setting made only after the first call, as a user may, most pages
     are reused.  (The earlier setting, ``M_TOP_PAD`` alone, left it at ~2 200 that way.)"""
-    default, retained = background.result("allocator page faults")
+    default = _faults_per_call("default")
+    retained = _faults_per_call("retain")
     assert default > 500
     # 0-130 on a quiet machine, up to ~450 beside other work; the old setting: ~all.
     assert retained < 0.5 * default, (retained, default)

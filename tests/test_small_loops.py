@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-import background_jobs as background
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,15 +99,6 @@ print(json.dumps(out))
 """
 
 
-@background.job("small loops in a fresh process")
-def _small_loops_in_a_fresh_process() -> subprocess.CompletedProcess:
-    # Beside the in-process tests: the process compiles and runs the stiff tests' replays.
-    here = os.path.dirname(os.path.abspath(__file__))
-    return background.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, here], timeout=600,
-                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
-
-
-@pytest.mark.background("small loops in a fresh process")
 def test_small_solves_compile_into_single_kernels_with_the_same_gradients():
     """In a fresh process (the flag is read when JAX starts): the forward loop and the reverse
     sweep of an explicit, a Rosenbrock and an ESDIRK solve of a tiny system are compiled as
@@ -117,7 +107,10 @@ def test_small_solves_compile_into_single_kernels_with_the_same_gradients():
     round-off.  There too, a Rodas5 (Van der Pol) and a Kvaerno5 (Robertson) gradient of the
     stiff tests are checked against `jax.grad` of their replays on the recorded grid, with
     those tests' own bounds (1e-12; Kvaerno5 with tight Newton, 1e-11)."""
-    out = background.result("small loops in a fresh process")
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, here],
+                         capture_output=True, text=True, timeout=600,
+                         env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads(out.stdout.splitlines()[-1])
     assert results.pop("replays") == "checked"
