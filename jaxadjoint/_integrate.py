@@ -332,7 +332,7 @@ def _solve(
         unravel_integral = ravel_pytree(zeros)[1]
         integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
     rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
-    if not isinstance(controller, (ConstantStep, StepTo)):
+    if controller.adaptive:
         warn_if_switching_in_time(solver, rhs, t0, y0, args)
     conditions_cc = ()
     if events:

@@ -5,10 +5,11 @@ A switch written into the right-hand side, ``jnp.where(t < T, dose, 0.0)`` (or
 ``t``.  Most embedded error estimates notice a step across it and shrink the step.
 Rodas5's does not: its main and embedded solutions differ only in stages evaluated at
 ``t_n + h``, so a change of ``f`` in ``t`` alone within a step cancels from the estimate
-(`estimate_sees_time_changes`), and the saves come out wrong by far more than ``rtol``
-with no sign of it (README, "Inputs that switch in time").  `warn_if_switching_in_time`
-looks for such a switch when the solve is traced: a comparison whose operands depend on
-``t``, found by following ``t`` through the jaxpr of ``rhs`` (into nested jaxprs too).
+(the solver's ``estimate_sees_time_changes``, from its tableau), and the saves come out
+wrong by far more than ``rtol`` with no sign of it (README, "Inputs that switch in time").
+`warn_if_switching_in_time` looks for such a switch when the solve is traced: a comparison
+whose operands depend on ``t``, found by following ``t`` through the jaxpr of ``rhs`` (into
+nested jaxprs too).
 """
 
 from __future__ import annotations
@@ -20,26 +21,12 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.extend.core as jex
-import numpy as np
 
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 
 
 class TimeSwitchWarning(UserWarning):
     """The right-hand side switches in time where the solver's error estimate cannot see it."""
-
-
-def estimate_sees_time_changes(b: np.ndarray, b_embedded: np.ndarray, c: np.ndarray) -> bool:
-    """Whether ``b - b_embedded`` weights stages at more than one time ``c``.
-
-    If it weights only stages at one time, a change of ``f`` in ``t`` alone between the
-    stage times (a switch) enters both solutions alike, to first order, and the difference
-    that estimates the error does not see it.
-    """
-    difference = np.abs(np.asarray(b) - np.asarray(b_embedded))
-    support = difference > 1e-12 * difference.max()
-    times = np.asarray(c)[support]
-    return bool(times.size and np.ptp(times) > 1e-12)
 
 
 def _compares(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
@@ -89,7 +76,7 @@ def switches_in_time(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
 
 def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args: Any) -> None:
     """Warn when ``rhs`` switches in time and ``solver``'s error estimate cannot see it."""
-    if getattr(solver, "estimate_sees_time_changes", True):
+    if solver.estimate_sees_time_changes:
         return
     if not switches_in_time(rhs, t0, y0, args):
         return

@@ -110,6 +110,12 @@ class AbstractSolver(eqx.Module):
         """Whether the method has an embedded error estimate (can adapt its step)."""
 
     @property
+    def estimate_sees_time_changes(self) -> bool:
+        """Whether the error estimate sees ``f`` change in ``t`` alone within a step (a
+        switch written into the right-hand side; `_time_switches`).  Not so for Rodas5."""
+        return True
+
+    @property
     @abc.abstractmethod
     def order(self) -> int:
         """Classical order of the propagated solution."""

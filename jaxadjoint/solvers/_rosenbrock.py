@@ -67,7 +67,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from .._time_switches import estimate_sees_time_changes
 from . import _rosenbrock_tableaus as rtab, _tableaus as tab
 from ._base import AbstractDenseWeights, AbstractStiffFamily, FlatField, StepOutput
 from ._interpolants import Interpolant
@@ -333,11 +332,7 @@ class AbstractRosenbrock(AbstractStiffFamily):
 
     @property
     def estimate_sees_time_changes(self) -> bool:
-        """Whether the error estimate sees ``f`` change in ``t`` within a step (a switch):
-        not for Rodas5, whose estimate weights only stages at ``t_n + h``
-        (`_time_switches`)."""
-        tableau = self.tableau
-        return estimate_sees_time_changes(tableau.b, tableau.b_embedded, tableau.c)
+        return self.tableau.estimate_sees_time_changes
 
     def linearise(self, f, t, y) -> tuple[Any, Array | None]:
         return linearise(self.tableau, f, t, y, self.linear_solver)

@@ -140,6 +140,18 @@ class RosenbrockTableau:
         """The classical weights of the embedded solution."""
         return (self.m - self.m_error) @ self.big_gamma
 
+    @property
+    def estimate_sees_time_changes(self) -> bool:
+        """Whether ``b - b_embedded`` weights stages at more than one time ``c``.
+
+        If it weights only stages at one time (Rodas5: stages 6-8, all at ``t_n + h``), a
+        change of ``f`` in ``t`` alone between the stage times (a switch) enters both
+        solutions alike, to first order, and the error estimate does not see it.
+        """
+        difference = np.abs(self.b - self.b_embedded)
+        times = self.c[difference > 1e-12 * difference.max()]
+        return bool(times.size and np.ptp(times) > 1e-12)
+
 
 def _lower(rows: Sequence[Sequence[float]]) -> np.ndarray:
     """The ``(s, s)`` strictly lower-triangular matrix from its ragged rows 2..s."""
