@@ -100,7 +100,7 @@ class ConstantStep(AbstractController):
     """Steps of fixed size ``dt`` (the last step before a save time or ``t1`` is shortened).
 
     Step ``n`` ends at ``t0 + n dt`` computed directly, not by accumulation, so long runs
-    do not drift.
+    do not drift.  Only ``|dt|`` counts: the steps always go from ``t0`` towards ``t1``.
     """
 
     dt: float | Array

@@ -498,8 +498,9 @@ class DenseInterpolation(eqx.Module):
         Returns a pytree like ``y0``; with an array of times each leaf gets a leading
         time axis.  Times within round-off outside the interval (16 ulps of its ends, such
         as ``t0 + n dt`` landing one ulp past ``t1``) are read at its end.  Times further
-        out raise a `ValueError` when they and the solution are concrete, and give NaN
-        under `jax.jit` (with a zero gradient, so that a loss may mask them out).
+        out, and NaN times, raise a `ValueError` when they and the solution are concrete,
+        and give NaN under `jax.jit` (with a zero gradient, so that a loss may mask them
+        out).
         """
         if self.rows.tau.ndim > 1:
             raise ValueError(
@@ -514,13 +515,13 @@ class DenseInterpolation(eqx.Module):
         last = tau_rows[jnp.maximum(self.rows.count - 1, 0)]
         slack = 16 * jnp.finfo(taus.dtype).eps * jnp.maximum(jnp.abs(first), jnp.abs(last))
         inside = jnp.clip(taus, first, last)
-        outside = jnp.abs(taus - inside) > slack
+        outside = (jnp.abs(taus - inside) > slack) | jnp.isnan(taus)
         if all(is_concrete(x) for x in (taus, tau_rows, self.rows.count)) and bool(
                 jnp.any(outside)):
             bad = np.asarray(self.direction * taus)[np.asarray(outside)]
             ends = np.asarray(self.direction * jnp.stack([first, last]))
             raise ValueError(f"`evaluate` got times outside the solved interval "
-                             f"[{ends[0]}, {ends[1]}]: {bad[:5]}")
+                             f"[{ends[0]}, {ends[1]}], or NaN: {bad[:5]}")
         # Read at the end (the value clipped, the time derivative kept).
         taus = jnp.where(outside, taus, taus + jax.lax.stop_gradient(inside - taus))
         ys = interpolate(self.weights, self.rows, taus)

@@ -196,6 +196,7 @@ def solve(
     """
     saveat = as_saveat(saveat)
     _check_concrete_save_times(saveat, t0, t1)
+    controller = _check_concrete_step_grid(controller, t0, t1)
     max_steps = check.as_python_int("max_steps", max_steps)
     max_events = check.as_python_int("max_events", max_events)
     check.check_python_float_nan("args", args)
@@ -233,6 +234,38 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any) -> None:
     if ts.ndim == 1 and ts.shape[0] and all(np.issubdtype(x.dtype, np.number)
                                             and not np.iscomplexobj(x) for x in (ts, t0_, t1_)):
         check.check_save_times(ts, t0_, t1_)
+
+
+def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
+    """A `StepTo` grid known before `jit` (a list, a NumPy or a concrete JAX array) is
+    checked here, with a `ValueError`, and a list becomes one array (inside the jitted
+    solve every array is traced, and a list of NumPy numbers would be a list of tracers)."""
+    if not isinstance(controller, StepTo):
+        return controller
+    ts = controller.ts
+    if isinstance(ts, (list, tuple)):
+        try:
+            ts = np.asarray(ts)
+        except (TypeError, ValueError):
+            return controller  # not numbers: the checks inside `_solve` name the argument
+        controller = StepTo(ts)
+    times = (ts, t0, t1)
+    if not all(check.is_concrete(x) and eqx.is_array_like(x) for x in times):
+        return controller
+    ts_, t0_, t1_ = (np.asarray(x) for x in times)
+    if not all(np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+               for x in (ts_, t0_, t1_)):
+        return controller  # `_check_controller` names the dtype
+    if ts_.ndim != 1 or ts_.shape[0] < 2:
+        raise ValueError(f"`StepTo.ts` must be a 1-D array of at least two times, got shape "
+                         f"{ts_.shape}")
+    if not bool(check.step_grid_valid(ts_.astype(np.float64), np.float64(t0_),
+                                      np.float64(t1_))):
+        raise ValueError(
+            f"`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1; "
+            f"got ts[0] = {ts_[0]}, ts[-1] = {ts_[-1]} for t0 = {t0_}, t1 = {t1_}"
+            + ("" if np.all(np.isfinite(ts_)) else " (and non-finite times)"))
+    return controller
 
 
 @eqx.filter_jit

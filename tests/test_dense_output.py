@@ -149,6 +149,8 @@ def test_dense_solution(sensitivity):
     with pytest.raises(ValueError, match=r"outside the solved interval \[0.0, 6.0\]"):
         sol.evaluate(outside)
     assert np.all(np.isnan(np.asarray(jax.jit(lambda t: sol.evaluate(t))(outside))))
+    with pytest.raises(ValueError, match=r"or NaN: \[nan\]"):
+        sol.evaluate(jnp.array([1.0, jnp.nan]))
     # Round-off past an end (t0 + n dt one ulp past t1) is read at the end.
     past = jnp.array([0.0, T1 * (1 + 2 * np.finfo(np.float64).eps)])
     np.testing.assert_array_equal(sol.evaluate(past), sol.ys[jnp.array([0, -1])])

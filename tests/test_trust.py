@@ -1,11 +1,18 @@
 """`check_gradient` and `identifiability`: the verdicts on a healthy and a broken case."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxadjoint as ja
-from jaxadjoint.problems import lotka_volterra_problem, robertson_problem, van_der_pol_problem
+from jaxadjoint.problems import (
+    lotka_volterra_problem,
+    robertson_problem,
+    van_der_pol_problem,
+    van_der_pol_rhs,
+)
 
 
 def test_check_gradient_healthy_lotka_volterra():
@@ -37,6 +44,27 @@ def test_check_gradient_flags_stiff_van_der_pol():
     assert tighter.verdict == "WRONG" and fd.verdict == "WRONG"
     assert not check.ok
     assert "UNRELIABLE" in str(check)
+
+
+def test_check_gradient_measures_amplified_roundoff_and_global_error():
+    # Rodas5 on Van der Pol at mu = 1e3 over [0, 5], a healthy solve that fixed thresholds
+    # called UNRELIABLE: forward and reverse mode differ by ~2e-10, far above 1e4 eps, because
+    # round-off is amplified (one-ulp parameter changes move the gradients as much); the
+    # loss's own global error is ~19x rtol; its central differences curve strongly.
+    def loss(p, **options):
+        sol = ja.solve(van_der_pol_rhs, p[:2], 0.0, 5.0, p[2], solver=ja.Rodas5(),
+                       max_steps=20000, **options)
+        return sol.ys[-1, 0]
+
+    check = ja.check_gradient(loss, jnp.array([2.0, 0.0, 1000.0]), rtol=1e-8)
+    same_grid, tighter, fd = check.comparisons
+    assert check.ok, str(check)
+    # Each difference is above its floor: the measured widening is what let it pass.
+    assert check.roundoff < same_grid.difference <= 10 * check.roundoff_noise
+    assert check.truncation < tighter.difference <= 100 * check.loss_change
+    assert check.loss_change > 5 * check.rtol
+    assert fd.threshold - check.fd_error < fd.difference
+    assert len(check.notes) == 3 and "round-off is amplified" in str(check)
 
 
 def test_check_gradient_rejects_bad_tolerances():
@@ -133,3 +161,5 @@ def test_check_gradient_summaries():
     assert "non-smooth" in _check(1e-15, 1e-5, 1e-1).summary
     assert "not finite" in _check(float("inf"), 1e-5, 1e-4).summary
     assert "truncation" in _check(1e-1, 1e-5, 1e-4, "truncation").summary
+    noisy = dataclasses.replace(_check(1e-13, 1.0, 1.0), roundoff_noise=0.5).summary
+    assert noisy.startswith("UNRELIABLE") and "move the gradient by 5e-01" in noisy

@@ -254,10 +254,24 @@ def test_adaptive_controller_needs_adaptive_solver(controller):
      [0.0, float("nan"), 0.5, 1.0]],
     ids=["not-at-t0", "not-at-t1", "unsorted", "repeated", "nan"],
 )
-def test_bad_step_to_grid(ts):
-    """An array of times, hence traced: checked at run time."""
+@pytest.mark.parametrize("kind", ["list", "numpy", "jax"])
+def test_bad_step_to_grid(ts, kind):
+    """Times known before `jit` (a list of NumPy numbers, a NumPy or a concrete JAX array)
+    raise a `ValueError` there; they reached the jitted solve as traced arrays (a list as
+    tracers that NumPy could not read) and failed only at run time."""
+    grid = {"list": list(np.asarray(ts)), "numpy": np.asarray(ts), "jax": jnp.asarray(ts)}[kind]
+    with pytest.raises(ValueError, match="`StepTo.ts` must start at t0, end at"):
+        solve(solver=ja.RK4(), controller=ja.StepTo(grid))
+
+
+def test_traced_bad_step_to_grid_raises_at_run_time():
+    run = eqx.filter_jit(lambda ts: solve(solver=ja.RK4(), controller=ja.StepTo(ts)).ys)
+    np.testing.assert_array_equal(run(jnp.array([0.0, 0.5, 0.6, 1.0])),
+                                  solve(solver=ja.RK4(),
+                                        controller=ja.StepTo(list(np.array([0.0, 0.5, 0.6,
+                                                                            1.0])))).ys)
     with pytest.raises(eqx.EquinoxRuntimeError, match="`StepTo.ts` must start at t0, end at"):
-        jax.block_until_ready(solve(solver=ja.RK4(), controller=ja.StepTo(jnp.asarray(ts))))
+        jax.block_until_ready(run(jnp.array([0.0, 0.6, 0.5, 1.0])))
 
 
 @pytest.mark.parametrize("ts", [[1.0], [[0.0, 1.0]]], ids=["single", "2-D"])
