@@ -166,10 +166,11 @@ class GradientCheck:
                 "UNRELIABLE: the derivative of the discretisation has not converged to the "
                 "derivative of the ODE (it changes with the tolerance far beyond truncation). "
                 "Typical causes: a stiff problem solved with an explicit method (steps on "
-                "the stability boundary; try a Rosenbrock solver, ja.Rodas5(), or tighter "
-                "tolerances), or a right-hand side that switches in time or state (a "
-                "`jnp.where` on t: make the switch an `Event`, README 'Inputs that switch in "
-                "time')." + amplified
+                "the stability boundary: use a Rosenbrock solver such as ja.Rodas5()); a "
+                "tolerance too loose for the gradient, which can converge more slowly than "
+                "the solution (tighten rtol and check again); or a right-hand side that "
+                "switches in time or state (a `jnp.where` on t: make the switch an `Event`, "
+                "README 'Inputs that switch in time')." + amplified
             )
         if not same_grid.ok:
             if discrete:
