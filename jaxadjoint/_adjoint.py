@@ -210,6 +210,15 @@ class DiscreteAdjoint(AbstractSensitivity):
     reverse_mode_only: ClassVar[bool] = True
     supports_dense: ClassVar[bool] = True
 
+    def __check_init__(self):
+        if not (self.checkpoint is None or isinstance(self.checkpoint, AbstractCheckpoint)):
+            given = self.checkpoint
+            hint = (f" (pass an instance: `{given.__name__}()`)" if isinstance(given, type)
+                    and issubclass(given, AbstractCheckpoint) else "")
+            raise TypeError(
+                "`DiscreteAdjoint(checkpoint=...)` takes `StoreStates()`, `StoreStages()` or "
+                f"`Recursive(n)`, got {given!r}{hint}")
+
     def checkpoint_for(self, solver: Any) -> AbstractCheckpoint:
         """The strategy for ``solver``: ``checkpoint`` if given, else the solver's default.
 

@@ -283,8 +283,10 @@ class DiscreteForward(AbstractSensitivity):
     Cost of `jax.jacfwd` with ``P`` inputs: one solve plus one replay whose tangent
     arithmetic is batched over ``P`` (matrix–matrix products), the natural choice when
     there are few inputs and many outputs (e.g. a whole sensitivity trajectory).
-    `jax.grad`, `jax.jacrev` and `jax.hessian` also work, by transposing the replay
-    (memory ``O(max_steps)`` stage values); `DiscreteAdjoint` is the faster reverse mode.
+    `jax.grad`, `jax.jacrev` and `jax.hessian` also work, by transposing the replay of
+    all ``max_steps`` slots (time and memory ``O(max_steps)``, not the steps taken);
+    `DiscreteAdjoint` is the faster reverse mode, and ``jax.jacfwd(jax.jacfwd(...))`` the
+    Hessian whose cost follows the steps.
     ``accept_stiff_steps`` as for `DiscreteAdjoint`.  With a Newton-iterated solver
     (`Kvaerno5`) the solve keeps its stage values (``max_steps x s x N``, as
     `StoreStages`) and the replay linearises at them rather than solving them again.

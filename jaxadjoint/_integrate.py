@@ -320,8 +320,12 @@ def _solve(
     t0 = check.check_times(t0, t1, throw)
     rtol = check.as_real_array("rtol", rtol, dtype)
     atol = check.as_real_array("atol", atol, dtype)
-    check.check_scalar("rtol", rtol)
-    check.check_scalar("atol", atol)
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if jnp.ndim(tol) != 0:
+            raise ValueError(
+                f"`{name}` must be a scalar, got shape {jnp.shape(tol)}: one tolerance for every "
+                "component (per-component tolerances are not supported; rescale the state so "
+                "that one fits, e.g. solve for `y / typical_size`)")
     rtol, atol = check.check_tolerances(rtol, atol, throw)
     if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
         # Ignored there: refused unless it is the same constant step (concretely).

@@ -111,8 +111,9 @@ def flag_stiff_gradient(x: T, system: Any, stats: dict[str, Array], accept: bool
             "there for an explicit method and the step "
             "sizes were set by stability, not accuracy. The exact derivative of such steps "
             "amplifies perturbations step after step and can be wrong by orders of magnitude "
-            "although the solution looks fine. Use a stiff solver (solver=jaxadjoint.Rodas5()) "
-            "or a much tighter rtol/atol, and check with jaxadjoint.check_gradient. To accept "
+            "although the solution looks fine (on diffusion-dominated problems it can also be "
+            "accurate: jaxadjoint.check_gradient tells which). Use a stiff solver "
+            "(solver=jaxadjoint.Rodas5()) or a much tighter rtol/atol. To accept "
             "this gradient anyway, build the sensitivity method with accept_stiff_steps=True "
             "(e.g. DiscreteAdjoint(accept_stiff_steps=True)). See sol.stats['num_stiff_steps']."
         )

@@ -298,9 +298,13 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
         state = jnp.result_type(y)
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits > jnp.finfo(state).bits:
+            solved = jnp.result_type(*jax.tree.leaves(y0))
+            runs = (f"the solve runs in {state}, the precision of `y0`, and its results are "
+                    f"{state}-accurate" if solved == state else
+                    f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but returns "
+                    f"this leaf in {state}")
             warnings.warn(
-                f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: the solve "
-                f"runs in {state}, the precision of `y0`, and its results are {state}-accurate. "
+                f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: {runs}. "
                 f"Pass `y0` as {o.dtype} for a {o.dtype} solve, or compute `{name}` in "
                 f"{state} (e.g. cast its parameters).", stacklevel=3)
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits < jnp.finfo(state).bits:

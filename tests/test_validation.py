@@ -164,6 +164,19 @@ def test_saveat_must_be_nonempty_1d(saveat):
         solve(saveat=saveat)
 
 
+def test_checkpoint_class_instead_of_instance_is_named():
+    with pytest.raises(TypeError, match=r"pass an instance: `StoreStates\(\)`"):
+        ja.DiscreteAdjoint(ja.StoreStates)
+    with pytest.raises(TypeError, match="takes `StoreStates\(\)`, `StoreStages\(\)` or"):
+        ja.DiscreteAdjoint(checkpoint=3)
+
+
+def test_per_component_tolerances_are_refused_clearly():
+    with pytest.raises(ValueError, match="`atol` must be a scalar, got shape \\(2,\\).*"
+                                         "per-component tolerances are not supported"):
+        solve(atol=jnp.array([1e-6, 1e-8]))
+
+
 @pytest.mark.parametrize("max_steps", [0, -3, 2.5, True, "10"])
 def test_bad_max_steps(max_steps):
     with pytest.raises(ValueError, match="`max_steps` must be a positive integer"):
