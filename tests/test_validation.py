@@ -167,7 +167,7 @@ def test_saveat_must_be_nonempty_1d(saveat):
 def test_checkpoint_class_instead_of_instance_is_named():
     with pytest.raises(TypeError, match=r"pass an instance: `StoreStates\(\)`"):
         ja.DiscreteAdjoint(ja.StoreStates)
-    with pytest.raises(TypeError, match="takes `StoreStates\(\)`, `StoreStages\(\)` or"):
+    with pytest.raises(TypeError, match=r"takes `StoreStates\(\)`, `StoreStages\(\)` or"):
         ja.DiscreteAdjoint(checkpoint=3)
 
 
