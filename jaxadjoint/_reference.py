@@ -77,14 +77,22 @@ def replay_on_grid(
                 y = jax.tree.map(lambda u, v, coeff=coeff: u + h * float(coeff) * v, y, k)
         return y
 
+    def stages(y, t, h, ks, first, last):
+        """``ks`` extended by the stages ``first .. last - 1`` of the table."""
+        ks = list(ks)
+        for m in range(first, last):
+            stage = add(y, h, a[m, :m], ks)
+            ks.append(rhs(t + float(c[m]) * h, stage, args))
+        return ks
+
     def step(carry, time_and_step):
         y, q = carry
         t, h = time_and_step
         ks, rs = [], []
-        for m in range(s + e):
+        for m in range(s):
             stage = add(y, h, a[m, :m], ks)
             ks.append(rhs(t + float(c[m]) * h, stage, args))
-            if integrand is not None and m < s:
+            if integrand is not None:
                 rs.append(integrand(t + float(c[m]) * h, stage, args))
         y_new = add(y, h, b, ks)
         if integrand is not None:
@@ -114,13 +122,19 @@ def replay_on_grid(
                      0, grid.shape[0] - 2)
     theta = (times - starts[index]) / steps[index]
     weights = _interpolants.weights_at(interp, theta)  # (n_save, s + e)
+    # Each save's step: its state and slopes, and the interpolant's extra stages computed
+    # for the saves only (in the scan, every step's would be; jax.grad of Vern7's replay
+    # then compiled for 130 s on an 8 x 8 two-field grid, against 26 s without saves).
+    at_index = jax.tree.map(lambda x: x[index], (states, slopes))
+    save_states, save_slopes = at_index
+    save_slopes = jax.vmap(lambda y, t, h, ks: stages(y, t, h, ks, s, s + e))(
+        save_states, starts[index], steps[index], save_slopes)
 
-    def at_save(leaf_states, *leaf_slopes):
-        value = leaf_states[index]
+    def at_save(value, *leaf_slopes):
         h = steps[index].reshape((-1,) + (1,) * (value.ndim - 1))
         for m, k in enumerate(leaf_slopes):
             w = weights[:, m].reshape(h.shape)
-            value = value + h * w * k[index]
+            value = value + h * w * k
         return value
 
-    return jax.tree.map(at_save, states, *slopes), q
+    return jax.tree.map(at_save, save_states, *save_slopes), q
