@@ -112,15 +112,13 @@ def _check_controller(controller: AbstractController, t0: Array, t1: Array, dtyp
         if isinstance(ts, (list, tuple)):
             ts = np.asarray(ts)  # as `saveat` takes lists
         ts = check.as_real_array("controller.ts", ts, dtype)
-        if ts.ndim != 1 or ts.shape[0] < 2:
-            raise ValueError("`StepTo.ts` must be a 1-D array of at least two times")
+        check.check_step_grid_shape(ts)
         valid = check.step_grid_valid(ts, t0, t1)
-        msg = "`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1"
         if all(check.is_concrete(x) for x in (ts, t0, t1)):
             if not bool(valid):
-                raise ValueError(msg)
+                raise ValueError(check.STEP_GRID_RULE)
         elif throw:
-            ts = eqx.error_if(ts, ~valid, msg)
+            ts = eqx.error_if(ts, ~valid, check.STEP_GRID_RULE)
         return StepTo(jnp.asarray(ts))
     return controller
 
@@ -256,15 +254,12 @@ def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
     if not all(np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
                for x in (ts_, t0_, t1_)):
         return controller  # `_check_controller` names the dtype
-    if ts_.ndim != 1 or ts_.shape[0] < 2:
-        raise ValueError(f"`StepTo.ts` must be a 1-D array of at least two times, got shape "
-                         f"{ts_.shape}")
+    check.check_step_grid_shape(ts_)
     if not bool(check.step_grid_valid(ts_.astype(np.float64), np.float64(t0_),
                                       np.float64(t1_))):
         raise ValueError(
-            f"`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1; "
-            f"got ts[0] = {ts_[0]}, ts[-1] = {ts_[-1]} for t0 = {t0_}, t1 = {t1_}"
-            + ("" if np.all(np.isfinite(ts_)) else " (and non-finite times)"))
+            f"{check.STEP_GRID_RULE}; got ts[0] = {ts_[0]}, ts[-1] = {ts_[-1]} for t0 = {t0_}, "
+            f"t1 = {t1_}" + ("" if np.all(np.isfinite(ts_)) else " (and non-finite times)"))
     return controller
 
 
@@ -320,12 +315,11 @@ def _solve(
     t0 = check.check_times(t0, t1, throw)
     rtol = check.as_real_array("rtol", rtol, dtype)
     atol = check.as_real_array("atol", atol, dtype)
-    for name, tol in (("rtol", rtol), ("atol", atol)):
-        if jnp.ndim(tol) != 0:
-            raise ValueError(
-                f"`{name}` must be a scalar, got shape {jnp.shape(tol)}: one tolerance for every "
-                "component (per-component tolerances are not supported; rescale the state so "
-                "that one fits, e.g. solve for `y / typical_size`)")
+    per_component = (": one tolerance for every component (per-component tolerances are not "
+                     "supported; rescale the state so that one fits, e.g. solve for "
+                     "`y / typical_size`)")
+    check.check_scalar("rtol", rtol, per_component)
+    check.check_scalar("atol", atol, per_component)
     rtol, atol = check.check_tolerances(rtol, atol, throw)
     if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
         # Ignored there: refused unless it is the same constant step (concretely).

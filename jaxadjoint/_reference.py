@@ -125,8 +125,7 @@ def replay_on_grid(
     # Each save's step: its state and slopes, and the interpolant's extra stages computed
     # for the saves only (in the scan, every step's would be; jax.grad of Vern7's replay
     # then compiled for 130 s on an 8 x 8 two-field grid, against 26 s without saves).
-    at_index = jax.tree.map(lambda x: x[index], (states, slopes))
-    save_states, save_slopes = at_index
+    save_states, save_slopes = jax.tree.map(lambda x: x[index], (states, slopes))
     save_slopes = jax.vmap(lambda y, t, h, ks: stages(y, t, h, ks, s, s + e))(
         save_states, starts[index], steps[index], save_slopes)
 

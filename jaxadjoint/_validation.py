@@ -107,9 +107,10 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
     return cast
 
 
-def check_scalar(name: str, x: Array) -> None:
+def check_scalar(name: str, x: Array, hint: str = "") -> None:
+    """``x`` must be a scalar; ``hint`` ends the message."""
     if jnp.ndim(x) != 0:
-        raise ValueError(f"`{name}` must be a scalar, got shape {jnp.shape(x)}")
+        raise ValueError(f"`{name}` must be a scalar, got shape {jnp.shape(x)}{hint}")
 
 
 def times_valid(t0: Array, t1: Array) -> Array:
@@ -129,6 +130,16 @@ def step_valid(dt: Array) -> Array:
     """Whether a step size is finite and non-zero (its sign is ignored)."""
     xp = _np_or_jnp(dt)
     return xp.isfinite(dt) & (dt != 0)
+
+
+STEP_GRID_RULE = "`StepTo.ts` must start at t0, end at t1 and move strictly from t0 towards t1"
+
+
+def check_step_grid_shape(ts: Array) -> None:
+    """`StepTo`'s times must be a 1-D array of at least two."""
+    if jnp.ndim(ts) != 1 or jnp.shape(ts)[0] < 2:
+        raise ValueError(f"`StepTo.ts` must be a 1-D array of at least two times, got shape "
+                         f"{jnp.shape(ts)}")
 
 
 def step_grid_valid(ts: Array, t0: Array, t1: Array) -> Array:
