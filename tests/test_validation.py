@@ -630,3 +630,11 @@ def test_precision_surprises_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
+    # Leaves of two dtypes: the solve runs in the widest and returns each leaf in its own.
+    mixed = {"u": y0, "v": jnp.ones(1)}
+    with jax.numpy_dtype_promotion("standard"), pytest.warns(
+            UserWarning, match=r"runs in float64 \(the widest dtype of `y0`'s leaves\) but "
+                               "returns this leaf in float32"):
+        sol = ja.solve(lambda t, y, k: jax.tree.map(lambda x: -k * x, y), mixed, 0.0, 1.0,
+                       jnp.asarray(0.5, jnp.float64))
+    assert sol.ys["u"].dtype == jnp.float32 and sol.ys["v"].dtype == jnp.float64
