@@ -31,6 +31,13 @@ float32), allocating its small buffers through the handler made the gradient cal
 1.2-1.3x slower (benchmarks/README.md, "Time series").  So a buffer's cost follows
 ``max_steps`` only up to that bound.
 
+``JAXADJOINT_UNINITIALISED=nan`` fills every buffer, on every platform, with NaN (integers
+with their most negative value): a sanitiser for tests.  On GPU and TPU the unwritten slots
+hold whatever the memory held, NaN and Inf included, and under `jax.vmap` or in a
+transposed program a value computed from an unwritten slot and then discarded by a
+``select`` still multiplies cotangents (``0 * NaN = NaN``).  CPU's zero fill hides that;
+the NaN fill shows it on CPU.
+
 Under `jax.vmap` the buffer must come out batched already: a batched loop carry whose
 initial value is unbatched is broadcast, which would fill it.  Callers therefore pass a
 scalar ``witness`` that is batched exactly when the recorded values will be, and the
@@ -106,15 +113,16 @@ def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
     """Whether to use the handler: None for yes, else the reason not to (for the warning).
 
     ``forced`` is the value of ``JAXADJOINT_UNINITIALISED``: unset, empty or ``"auto"``
-    (use the handler on the tested jaxlib releases only), ``"ffi"`` (use it on any jaxlib)
-    or ``"zeros"`` (never use it).  Pre-releases and development builds are not tested.
+    (use the handler on the tested jaxlib releases only), ``"ffi"`` (use it on any jaxlib),
+    ``"zeros"`` or ``"nan"`` (never use it; `poisoned`).  Pre-releases and development
+    builds are not tested.
     """
     forced = (forced or "auto").strip().lower()
-    if forced not in ("auto", "ffi", "zeros"):
-        raise ValueError(f"{ENVIRONMENT_VARIABLE} must be 'auto', 'ffi' or 'zeros', "
+    if forced not in ("auto", "ffi", "zeros", "nan"):
+        raise ValueError(f"{ENVIRONMENT_VARIABLE} must be 'auto', 'ffi', 'zeros' or 'nan', "
                          f"got {forced!r}")
-    if forced == "zeros":
-        return f"{ENVIRONMENT_VARIABLE}=zeros"
+    if forced in ("zeros", "nan"):
+        return f"{ENVIRONMENT_VARIABLE}={forced}"
     if forced == "ffi":
         return None
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", jaxlib_version)
@@ -124,6 +132,19 @@ def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
         return (f"jaxlib {jaxlib_version} is not one of the releases its handler was tested "
                 f"on, {tested}; set {ENVIRONMENT_VARIABLE}=ffi to use it anyway")
     return None
+
+
+def poisoned() -> bool:
+    """Whether ``JAXADJOINT_UNINITIALISED=nan`` asks for NaN-filled buffers (read at trace
+    time, so a test can switch it between compilations)."""
+    return os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() == "nan"
+
+
+def _poison(shape: tuple[int, ...], dtype: Any) -> Array:
+    """NaN for floating dtypes, the most negative value for integers."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.full(shape, jnp.nan, dtype)
+    return jnp.full(shape, jnp.iinfo(dtype).min, dtype)
 
 
 @functools.cache
@@ -144,6 +165,10 @@ def host_allocation_available() -> bool:
             reason = f"it could not be registered with XLA's CPU client: {error}"
     if reason is None:
         return True
+    if jax.default_backend() != "cpu":
+        # The zero fill costs only where a program runs on the CPU; on a GPU backend the
+        # buffers are `jax.lax.empty` (uninitialised) and the warning would be noise.
+        return False
     warnings.warn(
         f"jaxadjoint does not use its uninitialised-buffer handler ({reason}). On CPU, "
         "buffers of length max_steps will be zero-filled, so every solve costs time and "
@@ -168,6 +193,8 @@ def _allocate(shape: tuple[int, ...], dtype: Any, witness: Array, purpose: str) 
         del w
         return jax.lax.empty(shape, dtype)
 
+    if poisoned():
+        return _poison(shape, dtype)
     nbytes = math.prod(shape) * jnp.dtype(dtype).itemsize
     if nbytes < SMALL_BUFFER_BYTES or not host_allocation_available():
         return elsewhere(witness)

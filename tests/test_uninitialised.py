@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import background_jobs as background
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +27,8 @@ from jaxadjoint import _uninitialised
 from jaxadjoint._uninitialised import ENVIRONMENT_VARIABLE, handler_choice
 
 # Gradients through every kind of recorded buffer, printed as JSON: run in a fresh process
-# with the handler (``JAXADJOINT_UNINITIALISED=ffi``) and in one zero-filled (``=zeros``).
+# with the handler (``JAXADJOINT_UNINITIALISED=ffi``), in one zero-filled (``=zeros``) and
+# in one NaN-filled (``=nan``, what unwritten memory on GPU can hold).
 PROGRAM = """
 import json, warnings
 import jax, jax.numpy as jnp
@@ -73,7 +75,7 @@ def _run(mode: str) -> subprocess.CompletedProcess:
     return background.run([sys.executable, "-c", PROGRAM], env=env)
 
 
-for _mode in ("ffi", "zeros"):
+for _mode in ("ffi", "zeros", "nan"):
     background.job(f"uninitialised {_mode}")(lambda mode=_mode: _run(mode))
 
 
@@ -96,6 +98,7 @@ def test_choice_follows_the_tested_versions():
 def test_choice_can_be_forced():
     assert handler_choice("0.99.0", "ffi") is None
     assert handler_choice("0.10.2", " ZEROS ") == f"{ENVIRONMENT_VARIABLE}=zeros"
+    assert handler_choice("0.10.2", "nan") == f"{ENVIRONMENT_VARIABLE}=nan"
     with pytest.raises(ValueError, match=ENVIRONMENT_VARIABLE):
         handler_choice("0.10.2", "uninitialised")
 
@@ -109,10 +112,15 @@ def test_installed_jaxlib_is_tested():
     assert handler_choice(jaxlib.__version__, None) is None, jaxlib.__version__
 
 
-@pytest.mark.background("uninitialised ffi", "uninitialised zeros")
+@pytest.mark.background("uninitialised ffi", "uninitialised zeros", "uninitialised nan")
+@helpers.requires_cpu
 def test_fallback_gives_the_same_gradients_and_warns():
+    """The same gradients whatever the unwritten slots hold: the handler's leftovers,
+    zeros, or NaN (no result may read a slot the solve did not write)."""
     with_handler = _output("ffi")
     zero_filled = _output("zeros")
+    nan_filled = _output("nan")
+    assert not nan_filled["ffi call"]
     assert with_handler["handler"] and with_handler["ffi call"]
     assert not with_handler["warnings"]
     assert not zero_filled["handler"] and not zero_filled["ffi call"]
@@ -120,8 +128,9 @@ def test_fallback_gives_the_same_gradients_and_warns():
     assert f"{ENVIRONMENT_VARIABLE}=zeros" in message and "zero-filled" in message
     for name, value in with_handler.items():
         if name not in ("ffi call", "handler", "warnings"):
-            jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-13, atol=0),
-                         value, zero_filled[name])
+            for other in (zero_filled, nan_filled):
+                jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-13, atol=0),
+                             value, other[name])
 
 
 def test_fallback_allocation(monkeypatch):
