@@ -153,15 +153,17 @@ def replay(
     def stand(state):
         return state, (jnp.zeros((), bool), state[0], jnp.zeros(row_k.shape[1:], row_k.dtype))
 
-    last_slot = system.max_steps - 1
-
     def body(carry, n):
         y, q, j, row_y, row_k = carry
-        # (A chunk's slots past ``max_steps`` are never taken; the clamp keeps the
-        # untaken branch's reads in bounds.)  The rows are written outside the branch:
-        # under `jax.vmap` over solves the branch is a select, which would copy them.
+        # Under `jax.vmap` over solves the branch is a select, so the rows are written
+        # outside it (a select would copy them), and a lane past its end computes
+        # ``take`` too and discards it.  That must not read slots the solve never wrote:
+        # on GPU they hold anything, NaN included, and a discarded NaN still turns the
+        # transposed replay's cotangents into NaN (``0 * NaN``).  Such a lane replays its
+        # own last step instead.
+        taken = jnp.minimum(n, jnp.maximum(num_accepted - 1, 0))
         (y, q, j_next), (hit, y_row, ks) = jax.lax.cond(
-            n < num_accepted, lambda s: take(jnp.minimum(n, last_slot), s), stand, (y, q, j))
+            n < num_accepted, lambda s: take(taken, s), stand, (y, q, j))
         slot = jnp.minimum(j, rows.size - 1)
         row_y = row_y.at[slot].set(jnp.where(hit, y_row, row_y[slot]))
         row_k = row_k.at[slot].set(jnp.where(hit, ks, row_k[slot]))

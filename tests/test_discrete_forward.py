@@ -104,11 +104,18 @@ def test_grad_of_vmapped_solves():
     """`jax.grad` of a loss that `jax.vmap`s `DiscreteForward` solves (the batched
     training pattern): the replay's per-solve `cond` becomes a batched one, whose operands
     JAX wraps in ``stop_gradient``, which had no transpose (`_jax_workarounds`).  In a
-    fresh process without diffrax, whose lineax registers the same rule."""
+    fresh process without diffrax, whose lineax registers the same rule.
+
+    Its buffers are NaN-filled (``JAXADJOINT_UNINITIALISED=nan``), as unwritten memory on
+    GPU can be: the batched ``cond`` runs its untaken branch too, and that branch read the
+    grid past a lane's last step, so the gradient came out NaN on GPU (``0 * NaN`` in the
+    transposed replay) while CPU's zero fill hid it."""
+    import os
     import subprocess
     import sys
 
+    env = dict(os.environ, JAXADJOINT_UNINITIALISED="nan")
     out = subprocess.run([sys.executable, "-c", _GRAD_OF_VMAPPED_SOLVES],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert float(out.stdout.split()[-1]) < 1e-12, out.stdout
