@@ -105,3 +105,22 @@ def test_without_the_setting_the_library_calls_stay(monkeypatch) -> None:
     lu_ref, pivots_ref = jsl.lu_factor(matrix)
     assert np.array_equal(np.asarray(lu), np.asarray(lu_ref))
     assert "custom_call" in jax.jit(_dense_lu.lu_factor).lower(matrix).as_text()
+
+
+@pytest.mark.parametrize("small_loops", [False, True], ids=["library", "unrolled"])
+def test_a_non_finite_matrix_gives_nan_factors(monkeypatch, small_loops: bool) -> None:
+    """``[[inf, 0], [0, 1]]``: LAPACK's factors are finite (``inf`` and 0) and a solve gives
+    ``[0, 1]``, a finite answer to a system that has none; cuSOLVER did the same with NaN
+    entries.  The factors are NaN instead, so the step fails and the solver's nonfinite
+    handling takes over, on every platform."""
+    monkeypatch.setattr(_dense_lu, "small_loops_compiled", lambda: small_loops)
+    for bad in (jnp.inf, jnp.nan):
+        matrix = jnp.array([[bad, 0.0], [0.0, 1.0]])
+        lu = _dense_lu.lu_factor(matrix)
+        assert bool(jnp.all(jnp.isnan(lu[0])))
+        assert bool(jnp.all(jnp.isnan(_dense_lu.lu_solve(lu, jnp.ones(2)))))
+    # Per matrix under vmap: a finite lane keeps its factors.
+    matrices = jnp.stack([jnp.array([[jnp.inf, 0.0], [0.0, 1.0]]), 2 * jnp.eye(2)])
+    factors, _ = jax.vmap(_dense_lu.lu_factor)(matrices)
+    assert bool(jnp.all(jnp.isnan(factors[0])))
+    np.testing.assert_array_equal(factors[1], 2 * jnp.eye(2))

@@ -157,7 +157,9 @@ def test_interpolated_saves_gradient_is_the_replays(case, checkpoint):
     assert abs(replay_loss(y0, args, ts) - value) < 1e-13 * max(1.0, abs(value))
     assert max_rel_diff(ours[0], reference[0]) < 1e-12
     ours_p, ref_p = np.atleast_1d(ours[1]), np.atleast_1d(reference[1])
-    assert np.all(np.abs(ours_p - ref_p) <= 1e-12 * np.abs(ref_p)), (ours_p, ref_p)
+    # 2e-12: with NaN-filled buffers (``JAXADJOINT_UNINITIALISED=nan``) XLA fuses the
+    # program differently and Van der Pol's mu lands at 1.08e-12.
+    assert np.all(np.abs(ours_p - ref_p) <= 2e-12 * np.abs(ref_p)), (ours_p, ref_p)
     # d/dts: the interpolant's own slope; at t0 and t1 (nodes) f(t, y) itself.
     assert max_rel_diff(ours[2], reference[2]) < 1e-11
 
@@ -289,6 +291,11 @@ def test_jacobian_failure_is_reported_not_nan():
         return -jnp.sqrt(jnp.abs(y)) * args
 
     sol = ja.solve(rhs, jnp.zeros(2), 0.0, 1.0, jnp.asarray(1.0), solver=ja.Rodas3(),
+                   throw=False)
+    assert sol.result in (ja.RESULTS.nonfinite, ja.RESULTS.step_size_too_small)
+    # One unknown: ``1 - gamma h J`` is +inf, whose LU LAPACK leaves finite, and every stage
+    # came out 0: success was reported (as on GPU for the two unknowns above).
+    sol = ja.solve(rhs, jnp.zeros(1), 0.0, 1.0, jnp.asarray(1.0), solver=ja.Rodas3(),
                    throw=False)
     assert sol.result in (ja.RESULTS.nonfinite, ja.RESULTS.step_size_too_small)
     with pytest.raises(Exception, match="NaN or Inf|step size fell"):

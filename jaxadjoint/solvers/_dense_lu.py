@@ -110,9 +110,29 @@ def lu_factor(matrix: Array) -> tuple[Array, Array]:
     CPU can compile a solver's loop into one kernel (`compile_small_loops`), which a
     library call inside it prevents (Robertson, Rodas5: gradient 5x faster).
     """
-    n = matrix.shape[-1]
     if not _unrolled(matrix):
-        return jsl.lu_factor(matrix)
+        factors, pivots = jsl.lu_factor(matrix)
+    else:
+        factors, pivots = _unrolled_lu_factor(matrix)
+    return _nan_unless_finite(matrix, factors), pivots
+
+
+def _nan_unless_finite(matrix: Array, factors: Array) -> Array:
+    """The factors, or NaN where ``matrix`` has a NaN or Inf entry.
+
+    LAPACK on CPU carries a non-finite entry into the factors and on into every solve,
+    which is what makes a step fail and shrink.  cuSOLVER on GPU need not: the Rodas3
+    step of ``y' = -sqrt|y|`` at ``y = 0`` (Jacobian entries -Inf and NaN) solved to
+    exactly 0 there and the solve reported success.  Poisoning the factors makes every
+    platform fail the same way, for an ``N^2`` check beside the ``N^3`` factorisation.
+    """
+    finite = jnp.all(jnp.isfinite(matrix), axis=(-2, -1), keepdims=True)
+    return jnp.where(finite, factors, jnp.asarray(jnp.nan, factors.dtype))
+
+
+def _unrolled_lu_factor(matrix: Array) -> tuple[Array, Array]:
+    """`lu_factor`'s elimination unrolled in JAX arithmetic, LAPACK's pivots."""
+    n = matrix.shape[-1]
     rows = jnp.arange(n, dtype=jnp.int32)
     a = matrix
     pivots = []
