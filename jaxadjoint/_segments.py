@@ -136,8 +136,19 @@ def jump_segments(
         # the step's own values, a residual of 1e-15 on the far side of zero was taken
         # for a fresh crossing, logged twice and stopped as chattering).
         # Decisions, not values: nothing here is differentiated.
+        #
+        # "At its zero" is judged against the larger of two scales: the condition's
+        # values in the step, and what the resolution of time leaves of a root, the rate
+        # before the jump times 64 ulps of time.  The second matters at the end of a Zeno
+        # sequence, where each bounce's step is shorter than the last: the residuals of
+        # the roots (1e-27 to 1e-24) dwarfed 64 ulps of the step's heights (1e-35), so a
+        # bounce that left the ball a round-off below the floor was not watched.  In one
+        # step longer than its rebound it then fell through the floor (seen on GPU).
         g_plus = jax.lax.stop_gradient(conditions(e.t, y_plus))
-        at_zero = (jnp.abs(g_plus) <= 64 * eps * e.scale) | is_recorded
+        time_scale = jnp.maximum(jnp.abs(tau_end), jnp.abs(tau1 - tau_start))
+        rate_before = jax.lax.stop_gradient(jnp.abs(rate(e.t, e.y)))
+        zero_scale = jnp.maximum(e.scale, rate_before * time_scale)
+        at_zero = (jnp.abs(g_plus) <= 64 * eps * zero_scale) | is_recorded
         this = jnp.arange(num_cond, dtype=jnp.int32) == e.which
         # Events at the same instant (``burst``: the conditions that fired there, before
         # this one): conditions crossing together fire one after the other, each in its own

@@ -551,6 +551,30 @@ def test_zeno_ball_at_a_loose_tolerance_fails_clearly():
     assert sol.result in (ja.RESULTS.event_chattering, ja.RESULTS.max_events_reached)
 
 
+def test_a_bounce_left_a_round_off_below_the_floor_is_watched():
+    """The GPU's round-off left the Zeno ball of the test above a hair below the floor
+    after a late bounce (by less than the root's resolution in time times the impact
+    speed, but more than 64 ulps of the step's heights); not taken to be at its zero, the
+    ball was not watched, and within the next step it rebounded and fell through the
+    floor: y = -320 with success.  A jump that leaves the ball 8 ulps of time below the
+    floor reproduces it on any platform."""
+    eps = jnp.finfo(jnp.float64).eps
+
+    def low_rebound(t, y, p):
+        return jnp.stack([y[0] - 8 * eps * jnp.abs(y[1]) * t, -p[0] * y[1]])
+
+    low_bounce = ja.Event(floor, direction="falling", jump=low_rebound)
+    for restitution in (0.5, 0.8):
+        sol = ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 10.0,
+                       FREE.at[0].set(restitution), events=low_bounce, max_events=200,
+                       max_steps=64, throw=False)
+        assert sol.result == ja.RESULTS.event_chattering, restitution
+        # Stopped at the accumulation point of the bounces, sqrt(2 h / g) (1 + 2e / (1 - e)).
+        zeno = np.sqrt(2 * 2.0 / GRAVITY) * (1 + 2 * restitution / (1 - restitution))
+        last = sol.events.times[sol.events.count - 1]
+        np.testing.assert_allclose(last, zeno, rtol=1e-6)
+
+
 def drift(t, y, args):
     return jnp.ones_like(y)
 
