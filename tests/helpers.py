@@ -13,9 +13,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.extend import core as jex
 
 import jaxadjoint as ja
+
+# For tests of what XLA on CPU compiles or allocates (kernels, host memory, buffer sizes):
+# on a GPU backend those are the device's and the checks do not apply.
+requires_cpu = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                  reason="checks what XLA on CPU compiles or allocates")
 
 ADAPTIVE_SOLVERS = [
     ja.BogackiShampine(), ja.Fehlberg45(), ja.CashKarp(), ja.Dopri5(), ja.Tsit5(), ja.Vern6(),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import warnings
 
+import helpers
 import jax
 import jax.numpy as jnp
 import pytest
@@ -64,6 +65,7 @@ def _faults_per_call(mode: str) -> float:
 
 
 @pytest.mark.skipif(not GLIBC, reason="the setting exists in glibc only")
+@helpers.requires_cpu
 def test_freed_memory_is_reused_even_when_set_after_the_first_call():
     """A batched gradient whose temporaries exceed glibc's 32 MiB reuse threshold (64 lanes,
     `max_steps` 4096: the record alone is 33.5 MB) faults in ~2 200 fresh pages on every call

@@ -5,6 +5,7 @@
 """
 
 import equinox as eqx
+import helpers
 import jax
 import jax.numpy as jnp
 import pytest
@@ -174,6 +175,7 @@ def test_long_solve_recomputation_bound(num_checkpoints, monkeypatch):
         assert t >= 5  # 4 checkpoints for 1000 steps: more replays, still exact
 
 
+@helpers.requires_cpu
 def test_memory_grows_only_by_the_step_grid():
     """Compiled temporaries of `Recursive` grow with ``max_steps`` by the step grid alone:
     one float64 per step (``max_steps + 1`` times), nothing of the state's size."""

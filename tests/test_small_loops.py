@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -99,6 +100,7 @@ print(json.dumps(out))
 """
 
 
+@helpers.requires_cpu
 def test_small_solves_compile_into_single_kernels_with_the_same_gradients():
     """In a fresh process (the flag is read when JAX starts): the forward loop and the reverse
     sweep of an explicit, a Rosenbrock and an ESDIRK solve of a tiny system are compiled as
