@@ -157,8 +157,8 @@ def test_interpolated_saves_gradient_is_the_replays(case, checkpoint):
     assert abs(replay_loss(y0, args, ts) - value) < 1e-13 * max(1.0, abs(value))
     assert max_rel_diff(ours[0], reference[0]) < 1e-12
     ours_p, ref_p = np.atleast_1d(ours[1]), np.atleast_1d(reference[1])
-    # 2e-12: with NaN-filled buffers (``JAXADJOINT_UNINITIALISED=nan``) XLA fuses the
-    # program differently and Van der Pol's mu lands at 1.08e-12.
+    # 2e-12: on a 2-core AMD CPU with AVX-512 (2026-11-27) Van der Pol's mu landed at
+    # 1.08e-12, zero- or NaN-filled; elsewhere it was within 1e-12.
     assert np.all(np.abs(ours_p - ref_p) <= 2e-12 * np.abs(ref_p)), (ours_p, ref_p)
     # d/dts: the interpolant's own slope; at t0 and t1 (nodes) f(t, y) itself.
     assert max_rel_diff(ours[2], reference[2]) < 1e-11
