@@ -117,7 +117,7 @@ def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
     ``"zeros"`` or ``"nan"`` (never use it; `poisoned`).  Pre-releases and development
     builds are not tested.
     """
-    forced = (forced or "auto").strip().lower()
+    forced = _normalised(forced)
     if forced not in ("auto", "ffi", "zeros", "nan"):
         raise ValueError(f"{ENVIRONMENT_VARIABLE} must be 'auto', 'ffi', 'zeros' or 'nan', "
                          f"got {forced!r}")
@@ -134,10 +134,15 @@ def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
     return None
 
 
+def _normalised(forced: str | None) -> str:
+    """The value of ``JAXADJOINT_UNINITIALISED`` as `handler_choice` reads it."""
+    return (forced or "auto").strip().lower()
+
+
 def poisoned() -> bool:
     """Whether ``JAXADJOINT_UNINITIALISED=nan`` asks for NaN-filled buffers (read at trace
     time, so a test can switch it between compilations)."""
-    return os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() == "nan"
+    return _normalised(os.environ.get(ENVIRONMENT_VARIABLE)) == "nan"
 
 
 def _poison(shape: tuple[int, ...], dtype: Any) -> Array:

@@ -20,7 +20,8 @@ import jaxadjoint as ja
 
 # For tests of what XLA on CPU compiles or allocates (kernels, host memory, buffer sizes):
 # on a GPU backend those are the device's and the checks do not apply.
-requires_cpu = pytest.mark.skipif(jax.default_backend() != "cpu",
+ON_CPU = jax.default_backend() == "cpu"
+requires_cpu = pytest.mark.skipif(not ON_CPU,
                                   reason="checks what XLA on CPU compiles or allocates")
 
 ADAPTIVE_SOLVERS = [

@@ -29,6 +29,7 @@ run in both time directions.
 from __future__ import annotations
 
 import equinox as eqx
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,12 +80,9 @@ def outputs(diff, times, solver, checkpoint, integrand):
                 ys=sol.ys, integral=sol.integral, steps=sol.steps)
 
 
-# Bit for bit on CPU; to round-off elsewhere (module docstring).
-BITWISE = jax.default_backend() == "cpu"
-
-
 def _equal(a, b) -> bool:
-    if BITWISE:
+    """Bit for bit on CPU; to round-off elsewhere (module docstring)."""
+    if helpers.ON_CPU:
         return np.array_equal(a, b, equal_nan=True)
     return np.allclose(a, b, rtol=1e-13, atol=1e-15, equal_nan=True)
 
