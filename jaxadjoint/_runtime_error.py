@@ -60,10 +60,13 @@ def raise_if(x: T, pred: Array, message: Callable[..., str], *values: Array) -> 
         raised = jax.pure_callback(host, jax.ShapeDtypeStruct(jnp.shape(pred), jnp.bool_),
                                    pred, *values, vmap_method="broadcast_all")
         # Unbatched, so that the branch does not batch ``x``; never reached with a value
-        # (the host raised), but it keeps the callback alive.
+        # (the host raised), but it keeps the callback alive.  A select on the callback's
+        # flag, not ``leaf + 0 * flag``: XLA rewrites the latter to ``select(flag, 0, 0)``,
+        # then to 0, and on the GPU it went on to drop the callback as dead code (no error
+        # was raised there).
         raised = any_in_batch(jnp.any(raised))
         return jax.tree.map(
-            lambda leaf: leaf + 0 * raised.astype(leaf.dtype)
+            lambda leaf: jnp.where(raised, jnp.asarray(jnp.nan, leaf.dtype), leaf)
             if jnp.issubdtype(leaf.dtype, jnp.inexact) else leaf, x)
 
     return jax.lax.cond(any_in_batch(jnp.any(pred)), failing, lambda x: x, x)
