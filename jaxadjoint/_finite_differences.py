@@ -125,7 +125,8 @@ def _solve_jvp(primals, tangents):
     # Differences of solves whose steps ride the stability boundary are as untrustworthy
     # as the exact derivative of those steps (`_stiffness`).
     jac = flag_stiff_gradient(jac, system, out.record.stats, fd.accept_stiff_steps)
-    flat_dot = first_order_only("FiniteDifferences", jac @ v, primal_problem)
+    jac_v = jnp.matmul(jac, v, precision=jax.lax.Precision.HIGHEST)  # not TF32 on a GPU
+    flat_dot = first_order_only("FiniteDifferences", jac_v, primal_problem)
     n_ys = out.ys.size
     tangent = SolveOutput(
         flat_dot[:n_ys].reshape(out.ys.shape), flat_dot[n_ys:],

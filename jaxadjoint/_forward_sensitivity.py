@@ -303,8 +303,9 @@ def _solve_jvp(primals, tangents):
     )
     s_saves = fail_if_differentiated_failure(system, s_saves, out.record.result)
     v = _tangent_vector(cols, fixed, problem_dot, params_on)
-    ys_dot = jnp.einsum("snc,c->sn", s_saves, v)
-    q_dot = s_q @ v
+    # Full precision: a GPU's default float32 product rounds to TF32 (about 1e-3).
+    ys_dot = jnp.einsum("snc,c->sn", s_saves, v, precision=jax.lax.Precision.HIGHEST)
+    q_dot = jnp.matmul(s_q, v, precision=jax.lax.Precision.HIGHEST)
     params = fixed.params
     if problem_dot.ts is not None:
         ys_dot = ys_dot + problem_dot.ts[:, None] * slopes

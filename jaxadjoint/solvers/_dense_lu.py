@@ -174,7 +174,7 @@ def vector_times_matrix(u: Array, matrix: Array) -> Array:
     """``u @ matrix`` (``u (..., N)``); where `_unrolled`, as a product and a sum, since a
     matrix product keeps XLA on CPU from compiling a loop around it into one kernel."""
     if not _unrolled(matrix):
-        return u @ matrix
+        return jnp.matmul(u, matrix, precision=jax.lax.Precision.HIGHEST)  # not TF32 on a GPU
     return jnp.sum(u[..., :, None] * matrix, axis=-2)
 
 
