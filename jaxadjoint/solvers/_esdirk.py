@@ -204,18 +204,22 @@ def esdirk_reverse_step(
     size = (y if stages is None else stages).shape[-1]
     iterative = size >= ITERATIVE_ADJOINT_MIN_SIZE
     times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
+    def dense_start(z0: Array) -> tuple[Array, Any]:
+        jac = jax.jacfwd(lambda x: f(tau, x))(z0)
+        return jac, (lu_factor(jnp.eye(size, dtype=z0.dtype) - hg * jac) if iterative else None)
+
     if stages is None:
         step, factorisation = _step_and_factorisation(solver, f, tau, y, h, f(tau, y), t_next)
-        if not isinstance(factorisation, DenseLU):
-            raise TypeError("the ESDIRK reverse step needs the dense LU of the step, got "
-                            f"{type(factorisation).__name__}")
-        jac_start, lu_start = factorisation.jac, factorisation.lu
         zs = step.stages
+        if isinstance(factorisation, DenseLU):
+            jac_start, lu_start = factorisation.jac, factorisation.lu
+        else:
+            # A system with an integrand or sensitivities factors by blocks (`_block_solve`);
+            # the transposed stages need the whole matrix, as with stored stages.
+            jac_start, lu_start = dense_start(zs[0])
     else:
         zs = [stages[i] for i in range(s)]
-        jac_start = jax.jacfwd(lambda x: f(tau, x))(zs[0])
-        lu_start = (lu_factor(jnp.eye(size, dtype=zs[0].dtype) - hg * jac_start)
-                    if iterative else None)
+        jac_start, lu_start = dense_start(zs[0])
     if iterative:
         transposed = _IterativeTransposed(f, times, zs, hg, lu_start)
     else:
