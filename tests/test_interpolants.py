@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -406,11 +407,13 @@ def test_weights_at_jax(interp: Interpolant) -> None:
     theta = np.linspace(0, 1, 11)
     values = weights_at(interp, theta)
     slopes = weights_at(interp, theta, derivative=True)
+    # A GPU fuses the polynomial differently (Vern8 on an H200: 1.24e-12 off in one weight).
+    atol = 1e-12 if helpers.ON_CPU else 5e-12
     np.testing.assert_allclose(
-        weights_at(interp, jnp.asarray(theta)), values, rtol=1e-13, atol=1e-12
+        weights_at(interp, jnp.asarray(theta)), values, rtol=1e-13, atol=atol
     )
     jitted = jax.jit(lambda t: weights_at(interp, t, derivative=True))
-    np.testing.assert_allclose(jitted(jnp.asarray(theta)), slopes, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(jitted(jnp.asarray(theta)), slopes, rtol=1e-13, atol=atol)
     grad = jax.vmap(jax.jacfwd(lambda t: weights_at(interp, t)))(jnp.asarray(theta))
     np.testing.assert_allclose(grad, slopes, rtol=0, atol=1e-10)
     as_float32 = weights_at(interp, jnp.asarray(theta, dtype=jnp.float32))

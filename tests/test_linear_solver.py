@@ -5,6 +5,7 @@ library solve."""
 
 from __future__ import annotations
 
+import helpers
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -30,7 +31,7 @@ def test_small_substitution_is_the_lu_solve(size: int) -> None:
     np.testing.assert_allclose(xt, xt_ref, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(x @ matrix.T, rhs, atol=1e-13)
     np.testing.assert_allclose(xt @ matrix, rhs, atol=1e-13)
-    if size <= 2:  # the same arithmetic as the library's substitution
+    if size <= 2 and helpers.ON_CPU:  # the same arithmetic as LAPACK's substitution
         assert np.array_equal(np.asarray(x), np.asarray(x_ref))
 
 

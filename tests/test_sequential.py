@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,7 +99,8 @@ def test_gradient_is_the_inline_one_to_rounding(monkeypatch, case):
     grad = jax.jit(jax.grad(loss))
     branched = in_mode(monkeypatch, True, grad, args)
     inline = in_mode(monkeypatch, False, grad, args)
-    np.testing.assert_allclose(branched, inline, rtol=1e-13, atol=0)
+    # Off the CPU, Robertson with Kvaerno5 differed by 1.0e-13 and 2.2e-13 (H100, H200).
+    np.testing.assert_allclose(branched, inline, rtol=1e-13 if helpers.ON_CPU else 1e-12, atol=0)
     assert np.all(np.isfinite(branched)) and np.any(branched != 0)
 
 
