@@ -9,7 +9,8 @@ class RESULTS(eqx.Enumeration):
     Each message tells the user what to do about it.
     """
 
-    successful = ""
+    # Not empty, so that ``print(sol.result)`` says it (`RESULTS<successful>`); never raised.
+    successful = "successful"
     max_steps_reached = (
         "The solve reached `max_steps` before `t1`. Increase `max_steps` or loosen "
         "`rtol`/`atol`. With an explicit method, check whether the problem is stiff "

@@ -390,6 +390,7 @@ def with_nan(diff):
 def test_results_without_throwing():
     sol = solve_no_throw(DIFF, 2.1, 1e-7)
     assert sol.result == ja.RESULTS.successful
+    assert repr(sol.result).endswith("RESULTS<successful>")  # not an empty `RESULTS<>`
     sol = solve_no_throw(DIFF, 60.0, 1e-12)
     assert sol.result == ja.RESULTS.max_steps_reached
     assert int(sol.stats["num_steps"]) == sc.MAX_STEPS
