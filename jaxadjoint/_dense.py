@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._matmul import matmul
 from ._save_cotangents import PendingSaves, pending_saves
 from ._uninitialised import uninitialised
 from ._validation import is_concrete
@@ -97,9 +98,7 @@ class StageWeights(AbstractDenseWeights):
         A matrix product, so that XLA materialises the weights once: the elementwise
         `weight_list` fused into a consumer over ``(M, L, N)`` is re-evaluated for every
         element, all of the polynomials for each (the first weight needs the others).  At
-        full precision: a GPU's default float32 product rounds its inputs to TF32 (about
-        1e-3), which the large, cancelling Bernstein coefficients of the high-order
-        interpolants turn into errors of order one in the weights.
+        full precision (`_matmul`).
         """
         bern = np.asarray(self.interpolant.bernstein, np.float64)[list(self.stages)]
         degree = bern.shape[1] - 1
@@ -108,8 +107,7 @@ class StageWeights(AbstractDenseWeights):
         one_minus = 1 - theta
         basis = jnp.stack([math.comb(degree, i) * theta ** i * one_minus ** (degree - i)
                            for i in range(degree + 1)], axis=1)
-        return jnp.matmul(basis, jnp.asarray(coefficients.T, theta.dtype),
-                          precision=jax.lax.Precision.HIGHEST)
+        return matmul(basis, jnp.asarray(coefficients.T, theta.dtype))
 
 
 class StagePlan(NamedTuple):

@@ -32,6 +32,7 @@ from jax import Array
 
 from ._adjoint import plain_solve
 from ._forward import Recorder, forward_loop
+from ._matmul import matmul
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import (
@@ -125,8 +126,7 @@ def _solve_jvp(primals, tangents):
     # Differences of solves whose steps ride the stability boundary are as untrustworthy
     # as the exact derivative of those steps (`_stiffness`).
     jac = flag_stiff_gradient(jac, system, out.record.stats, fd.accept_stiff_steps)
-    jac_v = jnp.matmul(jac, v, precision=jax.lax.Precision.HIGHEST)  # not TF32 on a GPU
-    flat_dot = first_order_only("FiniteDifferences", jac_v, primal_problem)
+    flat_dot = first_order_only("FiniteDifferences", matmul(jac, v), primal_problem)
     n_ys = out.ys.size
     tangent = SolveOutput(
         flat_dot[:n_ys].reshape(out.ys.shape), flat_dot[n_ys:],

@@ -61,6 +61,7 @@ from ._block_solve import Block, with_blocks
 from ._controllers import AbstractController, Tolerances, rms_norm, scaled_error
 from ._dense import interpolant_slopes
 from ._forward import Recorder, forward_loop
+from ._matmul import matmul
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
 from ._sensitivity_common import (
     DerivedSystem,
@@ -303,9 +304,8 @@ def _solve_jvp(primals, tangents):
     )
     s_saves = fail_if_differentiated_failure(system, s_saves, out.record.result)
     v = _tangent_vector(cols, fixed, problem_dot, params_on)
-    # Full precision: a GPU's default float32 product rounds to TF32 (about 1e-3).
-    ys_dot = jnp.einsum("snc,c->sn", s_saves, v, precision=jax.lax.Precision.HIGHEST)
-    q_dot = jnp.matmul(s_q, v, precision=jax.lax.Precision.HIGHEST)
+    ys_dot = matmul(s_saves, v)  # (saves, N, columns) @ (columns,)
+    q_dot = matmul(s_q, v)
     params = fixed.params
     if problem_dot.ts is not None:
         ys_dot = ys_dot + problem_dot.ts[:, None] * slopes

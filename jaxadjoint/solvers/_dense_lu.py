@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax import Array
 
+from .._matmul import matmul
 from .._small_loops import small_loops_compiled
 
 # Up to this size `DenseLU.solver` and `transposed_solver` work with the LU factors in
@@ -174,7 +175,7 @@ def vector_times_matrix(u: Array, matrix: Array) -> Array:
     """``u @ matrix`` (``u (..., N)``); where `_unrolled`, as a product and a sum, since a
     matrix product keeps XLA on CPU from compiling a loop around it into one kernel."""
     if not _unrolled(matrix):
-        return jnp.matmul(u, matrix, precision=jax.lax.Precision.HIGHEST)  # not TF32 on a GPU
+        return matmul(u, matrix)
     return jnp.sum(u[..., :, None] * matrix, axis=-2)
 
 

@@ -204,6 +204,7 @@ def esdirk_reverse_step(
     size = (y if stages is None else stages).shape[-1]
     iterative = size >= ITERATIVE_ADJOINT_MIN_SIZE
     times = [tau] + [_stage_time(tau, h, t_next, tableau.c[i]) for i in range(1, s)]
+
     def dense_start(z0: Array) -> tuple[Array, Any]:
         jac = jax.jacfwd(lambda x: f(tau, x))(z0)
         return jac, (lu_factor(jnp.eye(size, dtype=z0.dtype) - hg * jac) if iterative else None)

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._matmul import matmul
 from . import _tableaus as tab
 from ._tableaus import ButcherTableau, _sum_tolerance
 
@@ -254,11 +255,7 @@ def weights_at(
         [math.comb(degree, i) * x**i * (1 - x) ** (degree - i) for i in range(degree + 1)],
         axis=-1,
     )
-    # Full precision on a GPU too (`_dense.StageWeights.weight_matrix`: TF32 would round).
-    if xp is jnp:
-        rest = jnp.matmul(basis, bern.T, precision=jax.lax.Precision.HIGHEST)
-    else:
-        rest = basis @ bern.T
+    rest = matmul(basis, bern.T) if xp is jnp else basis @ bern.T
     first = (xp.ones_like(x) if derivative else x) - rest.sum(axis=-1)
     return xp.concatenate([first[..., None], rest], axis=-1)
 
