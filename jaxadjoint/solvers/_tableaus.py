@@ -124,11 +124,11 @@ class ButcherTableau:
             power = self.a @ power
         poly = np.polynomial.Polynomial(coeffs)
 
-        def unstable(x: float) -> bool:
-            return abs(poly(-x)) > 1.0 + 1e-12
+        def unstable(x: float | np.ndarray) -> bool | np.ndarray:
+            return np.abs(poly(-x)) > 1.0 + 1e-12
 
         xs = np.linspace(1e-3, 64.0, 64_000)
-        first = int(np.argmax([unstable(x) for x in xs]))
+        first = int(np.argmax(unstable(xs)))  # vectorised: once per tableau and process
         lo, hi = float(xs[first - 1]), float(xs[first])
         for _ in range(60):
             mid = 0.5 * (lo + hi)
