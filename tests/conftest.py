@@ -1,6 +1,7 @@
 """Strict numerics for every test: float64, and no silent dtype promotion.
 
-Also starts the background jobs (`background_jobs.py`) of the selected tests once they are
+Also chooses XLA's CPU code generator for the run (`compile_flags.py`), and starts the
+background jobs (`background_jobs.py`) of the selected tests once they are
 collected, and ends them with the session.
 """
 
@@ -51,14 +52,25 @@ def _release_compiled_programs():
 
 
 def pytest_configure(config):
+    """Before anything starts XLA: its faster-compiling CPU emitters (`compile_flags.py`),
+    unless the run names a module that needs XLA's defaults (it then runs with them)."""
+    from pathlib import Path
+
+    import compile_flags
+
+    named = {Path(arg.split("::")[0]).name for arg in config.args}
+    if not named & set(compile_flags.DEFAULTS_ONLY):
+        compile_flags.use_faster_compiles()
     config.addinivalue_line(
         "markers", "background(*names): checks the results of jobs of tests/background_jobs.py"
     )
 
 
+@pytest.hookimpl(trylast=True)  # after `-k` and `-m` have deselected
 def pytest_collection_modifyitems(session, config, items):
-    """In a full run, the modules that `test_beside_the_suite.py` runs in a second process
-    are deselected here (each test runs once, there).
+    """In a full run, the modules that `test_beside_the_suite.py` runs in other processes
+    (`MODULES`, and `compile_flags.DEFAULTS_ONLY` with XLA's defaults) are deselected here
+    (each test runs once, there).
 
     Tests that wait for a background job go last, in their order: placed where their module
     sorts, one of them would hold this process idle until its job ends while in-process tests
@@ -66,17 +78,24 @@ def pytest_collection_modifyitems(session, config, items):
     """
     import os
 
+    import compile_flags
     import test_beside_the_suite as beside
 
     items.sort(key=lambda item: item.get_closest_marker("background") is not None)
     if os.environ.get(beside.IN_SECOND_PROCESS):
         return
-    if not any(item.path.name == "test_beside_the_suite.py" for item in items):
-        return
-    moved = [item for item in items if item.path.name in beside.MODULES]
-    if moved:
-        items[:] = [item for item in items if item.path.name not in beside.MODULES]
-        config.hook.pytest_deselected(items=moved)
+    if any(item.path.name == "test_beside_the_suite.py" for item in items):
+        elsewhere = set(beside.MODULES) | set(compile_flags.DEFAULTS_ONLY)
+        moved = [item for item in items if item.path.name in elsewhere]
+        if moved:
+            items[:] = [item for item in items if item.path.name not in elsewhere]
+            config.hook.pytest_deselected(items=moved)
+    if compile_flags.FLAG in os.environ.get("XLA_FLAGS", ""):
+        skip = pytest.mark.skip(reason="compares bits of XLA's default CPU code: name its "
+                                       "module on the command line, or run the full suite")
+        for item in items:
+            if item.path.name in compile_flags.DEFAULTS_ONLY:
+                item.add_marker(skip)
 
 
 def pytest_collection_finish(session):

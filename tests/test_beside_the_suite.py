@@ -1,11 +1,13 @@
-"""Whole test modules run in a second pytest process, beside the in-process tests.
+"""Whole test modules run in other pytest processes, beside the in-process tests.
 
 XLA compiles on one core at a time and the suite's time is mostly compilation, so on a
 2-core machine one pytest process leaves a core idle.  When this module is collected
 together with the modules of `MODULES` (a full run), `conftest.py` deselects their tests
 from this process and the test below runs them, unchanged, in a background job
-(`background_jobs.py`) on the other core; its failure shows their pytest output.  Run
-alone (``pytest tests/test_events.py``), a module runs in-process as usual.
+(`background_jobs.py`) on the other core; its failure shows their pytest output.  The
+modules of `compile_flags.DEFAULTS_ONLY` run the same way in a third process, with XLA's
+default CPU emitters.  Run alone (``pytest tests/test_events.py``), a module runs in-process
+as usual.
 """
 
 from __future__ import annotations
@@ -15,17 +17,16 @@ import sys
 from pathlib import Path
 
 import background_jobs as background
+import compile_flags
 import pytest
 
-# Self-contained, compile-heavy modules: with the notebooks and the tour (the other
-# background jobs) they take about as long as the rest of the suite in this process.
-# (2026-11-27: with the first seven only, the in-process tests took 13 minutes on two cores
-# and the background jobs about 6; the last three, about a minute run alone, move work to
-# the idle side.  Moving `test_sequential.py` too made the jobs the longer side: the suite
-# then waited three minutes for them.)
+# Self-contained, compile-heavy modules: with the notebooks, the tour and the modules of
+# `compile_flags.DEFAULTS_ONLY` (the other background jobs) they take about as long as the
+# rest of the suite in this process.  Rebalance when either side finishes long before the
+# other (the last waits of a `--durations` run show it).
 MODULES = ("test_events.py", "test_stiff_sensitivities.py", "test_rosenbrock.py",
-           "test_esdirk.py", "test_sensitivity.py", "test_stiffness.py", "test_trust.py",
-           "test_save_cotangents.py", "test_checkpoints.py", "test_reverse_paths.py")
+           "test_esdirk.py", "test_stiffness.py", "test_trust.py", "test_save_cotangents.py",
+           "test_reverse_paths.py")
 # Set in the second process: it must not delegate again.
 IN_SECOND_PROCESS = "JAXADJOINT_TESTS_SECOND_PROCESS"
 TESTS = Path(__file__).resolve().parent
@@ -39,9 +40,26 @@ def _run_modules():
                            *files], timeout=2400, cwd=TESTS.parent, env=env)
 
 
-@pytest.mark.background("modules beside the suite")
-def test_modules_beside_the_suite_pass():
-    result = background.result("modules beside the suite")
+@background.job("modules with XLA's defaults")
+def _run_modules_with_defaults():
+    """`compile_flags.DEFAULTS_ONLY`: their own process, with XLA's default CPU emitters."""
+    env = dict(compile_flags.defaults_environment(), **{IN_SECOND_PROCESS: "1"})
+    files = [str(TESTS / name) for name in compile_flags.DEFAULTS_ONLY]
+    return background.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *files], timeout=2400, cwd=TESTS.parent, env=env)
+
+
+def _check(result) -> None:
     output = result.stdout[-20000:] + result.stderr[-5000:]
     assert result.returncode == 0, output
     assert " passed" in result.stdout.splitlines()[-1], output
+
+
+@pytest.mark.background("modules beside the suite")
+def test_modules_beside_the_suite_pass():
+    _check(background.result("modules beside the suite"))
+
+
+@pytest.mark.background("modules with XLA's defaults")
+def test_modules_with_xlas_defaults_pass():
+    _check(background.result("modules with XLA's defaults"))

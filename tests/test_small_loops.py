@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import compile_flags
 import helpers
 import jax
 import jax.numpy as jnp
@@ -112,7 +113,7 @@ def test_small_solves_compile_into_single_kernels_with_the_same_gradients():
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run([sys.executable, "-c", _IN_A_FRESH_PROCESS, here],
                          capture_output=True, text=True, timeout=600,
-                         env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+                         env=compile_flags.environment_with_only_the_suites_flag())
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads(out.stdout.splitlines()[-1])
     assert results.pop("replays") == "checked"
