@@ -64,6 +64,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "background(*names): checks the results of jobs of tests/background_jobs.py"
     )
+    config.addinivalue_line(
+        "markers", "clears_jax_caches: calls jax.clear_caches() (runs after the other tests)"
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after `-k` and `-m` have deselected
@@ -74,14 +77,17 @@ def pytest_collection_modifyitems(session, config, items):
 
     Tests that wait for a background job go last, in their order: placed where their module
     sorts, one of them would hold this process idle until its job ends while in-process tests
-    are still queued behind it.
+    are still queued behind it.  Before them go the tests that clear JAX's caches, so that
+    the tests after them do not compile again what earlier ones had compiled (with
+    `test_sequential.py` last, `test_solve.py` took 11 s instead of 54).
     """
     import os
 
     import compile_flags
     import test_beside_the_suite as beside
 
-    items.sort(key=lambda item: item.get_closest_marker("background") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("background") is not None,
+                                 item.get_closest_marker("clears_jax_caches") is not None))
     if os.environ.get(beside.IN_SECOND_PROCESS):
         return
     if any(item.path.name == "test_beside_the_suite.py" for item in items):

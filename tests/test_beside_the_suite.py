@@ -25,8 +25,7 @@ import pytest
 # rest of the suite in this process.  Rebalance when either side finishes long before the
 # other (the last waits of a `--durations` run show it).
 MODULES = ("test_events.py", "test_stiff_sensitivities.py", "test_rosenbrock.py",
-           "test_esdirk.py", "test_stiffness.py", "test_trust.py", "test_save_cotangents.py",
-           "test_reverse_paths.py")
+           "test_esdirk.py", "test_stiffness.py", "test_save_cotangents.py")
 # Set in the second process: it must not delegate again.
 IN_SECOND_PROCESS = "JAXADJOINT_TESTS_SECOND_PROCESS"
 TESTS = Path(__file__).resolve().parent

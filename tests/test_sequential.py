@@ -26,6 +26,7 @@ from jaxadjoint.problems.lotka_volterra import glv_rhs
 from jaxadjoint.problems.robertson import robertson_rhs
 
 jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.clears_jax_caches  # `in_mode`: conftest.py runs these last
 
 TS = jnp.linspace(0.0, 5.0, 12)
 LV = (lotka_volterra, Y0, THETA, 5.0)
