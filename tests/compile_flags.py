@@ -3,10 +3,12 @@
 Compilation is most of the suite's time.  XLA on CPU emits each fused kernel through its
 MLIR-based fusion emitters by default; with ``--xla_cpu_use_fusion_emitters=false`` it uses
 its older elemental emitters, which compile the same HLO in less than half the CPU time
-(measured 2026-11-27, jax 0.10.2: a Dopri5 gradient 4.7 -> 2.1 s, Vern7 9.4 -> 4.9 s; the
-whole suite 1423 -> 818 s).  Nothing the tests check depends on the emitter except bits:
-two different programs doing the same arithmetic can round differently under either one
-(`test_bitwise.py` saw 1-ulp differences between checkpoint strategies with the older
+(measured 2026-11-27, jax 0.10.2, CPU seconds: a Dopri5 gradient 4.7 -> 2.1, Vern7 9.4 ->
+4.9; the whole suite on 2 cores, split between its processes as it then was, 1423 -> 818 s
+of wall time).  The programs it compiles run slower (the neural-ODE benchmark's gradient
+1.75x), so it is for the tests only.  Nothing the tests check depends on the emitter except
+bits: two different programs doing the same arithmetic can round differently under either
+one (`test_bitwise.py` saw 1-ulp differences between checkpoint strategies with the older
 emitter), so the bitwise tests run in their own process with XLA's defaults, as users'
 programs are compiled (`DEFAULTS_ONLY`).
 
