@@ -38,13 +38,18 @@ def _accepted(xla_flags: str) -> bool:
     return result.returncode == 0
 
 
+def in_effect() -> bool:
+    """Whether this process's ``XLA_FLAGS`` hold `FLAG`."""
+    return FLAG in os.environ.get("XLA_FLAGS", "").split()
+
+
 def use_faster_compiles() -> bool:
     """Add `FLAG` to ``XLA_FLAGS`` in this process's environment (inherited by every process
     the suite starts) unless asked not to or already decided; call before XLA starts.
     Whether the flag is in effect."""
     flags = os.environ.get("XLA_FLAGS", "")
     if FLAG_NAME in flags:
-        return FLAG in flags
+        return in_effect()
     if os.environ.get(KEEP_DEFAULTS):
         return False
     candidate = f"{flags} {FLAG}".strip()
@@ -70,6 +75,6 @@ def environment_with_only_the_suites_flag() -> dict[str, str]:
     """This process's environment with no ``XLA_FLAGS`` but `FLAG` where it is in effect
     (for a fresh process that sets its own flags)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    if FLAG in os.environ.get("XLA_FLAGS", "").split():
+    if in_effect():
         env["XLA_FLAGS"] = FLAG
     return env

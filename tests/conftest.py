@@ -96,7 +96,7 @@ def pytest_collection_modifyitems(session, config, items):
         if moved:
             items[:] = [item for item in items if item.path.name not in elsewhere]
             config.hook.pytest_deselected(items=moved)
-    if compile_flags.FLAG in os.environ.get("XLA_FLAGS", ""):
+    if compile_flags.in_effect():
         skip = pytest.mark.skip(reason="compares bits of XLA's default CPU code: name its "
                                        "module on the command line, or run the full suite")
         for item in items:

@@ -33,21 +33,23 @@ IN_SECOND_PROCESS = "JAXADJOINT_TESTS_SECOND_PROCESS"
 TESTS = Path(__file__).resolve().parent
 
 
+def _pytest_process(modules: tuple[str, ...], env: dict[str, str]):
+    """``pytest`` on ``modules`` in a fresh process with ``env`` (told not to delegate)."""
+    files = [str(TESTS / name) for name in modules]
+    return background.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *files], timeout=2400, cwd=TESTS.parent,
+                          env=dict(env, **{IN_SECOND_PROCESS: "1"}))
+
+
 @background.job("modules beside the suite")
 def _run_modules():
-    env = dict(os.environ, **{IN_SECOND_PROCESS: "1"})
-    files = [str(TESTS / name) for name in MODULES]
-    return background.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *files], timeout=2400, cwd=TESTS.parent, env=env)
+    return _pytest_process(MODULES, dict(os.environ))
 
 
 @background.job("modules with XLA's defaults")
 def _run_modules_with_defaults():
     """`compile_flags.DEFAULTS_ONLY`: their own process, with XLA's default CPU emitters."""
-    env = dict(compile_flags.defaults_environment(), **{IN_SECOND_PROCESS: "1"})
-    files = [str(TESTS / name) for name in compile_flags.DEFAULTS_ONLY]
-    return background.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *files], timeout=2400, cwd=TESTS.parent, env=env)
+    return _pytest_process(compile_flags.DEFAULTS_ONLY, compile_flags.defaults_environment())
 
 
 def _check(result) -> None:
