@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import raise_if_blown_up
+from ._adjoint_health import cotangents_finite, raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStages, StoreStates
-from ._dense import DenseRows, save_cotangents
+from ._dense import DenseRows, live_save_cotangents, save_cotangents
 from ._events import event_cotangents
 from ._forward import EventRecord, ForwardOutput, Recorder, forward_loop, padded_grid
 from ._results import RESULTS
@@ -114,6 +114,8 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     if event is not None:
         # Saves after a terminal event are NaN constants.
         ys_bar = jnp.where((taus > event.tau)[:, None], 0, ys_bar)
+    ys_bar = live_save_cotangents(rows, taus, ys_bar)
+    given_finite = cotangents_finite(ys_bar, integral_bar, dense_bar, event_bar)
     interpolating = system.interpolate_saves or system.dense
     pending, taus_bar = save_cotangents(plan.weights, rows, taus, ys_bar, interpolating,
                                         bool(perturbed.ts) or restart)
@@ -140,7 +142,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
-    lam, pbar = raise_if_blown_up(health, lam, pbar, direction)
+    lam, pbar = raise_if_blown_up(health, lam, pbar, direction, given_finite)
 
     def integrand_dot(t, y):
         if not system.has_integrand:

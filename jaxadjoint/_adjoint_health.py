@@ -96,14 +96,30 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     )
 
 
+def cotangents_finite(*cotangents: Any) -> Array:
+    """Whether every floating-point leaf of the cotangents the loss gave a solve is finite.
+
+    A NaN or Inf there comes from the loss (it is NaN at a save, or takes ``sqrt`` of a
+    negative one), not from the solve: its gradient is then NaN, as JAX's own derivatives
+    give, and no blow-up is reported against the right-hand side.
+    """
+    finite = jnp.array(True)
+    for leaf in jax.tree.leaves(cotangents):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            finite = finite & jnp.all(jnp.isfinite(leaf))
+    return finite
+
+
 def raise_if_blown_up(
-    health: Health, lam: Array, pbar: Any, direction: Array
+    health: Health, lam: Array, pbar: Any, direction: Array, given_finite: Array | None = None
 ) -> tuple[Array, Any]:
     """``(lam, pbar)``, unchanged; fails the gradient if the sweep blew up, naming the step
     and time (return values must be used: `_runtime_error.raise_if`).
 
     Also fails when the final ``dL/dy0`` or parameter cotangent is not finite although no
-    step was caught (a NaN from the parameter derivative alone, or from ``t0``).
+    step was caught (a NaN from the parameter derivative alone, or from ``t0``).  Not
+    where ``given_finite`` (`cotangents_finite` of what the loss gave) is false: the NaN
+    came in with the cotangents and goes out in the gradient.
     """
     finite = jnp.all(jnp.isfinite(lam))
     for leaf in jax.tree.leaves(pbar):
@@ -124,5 +140,7 @@ def raise_if_blown_up(
             "(e.g. sqrt(x**2 + eps)) or keep the solution away from the singularity."
         )
 
-    return raise_if((lam, pbar), (health.step >= 0) | ~finite, message, health.step,
-                    direction * health.time)
+    failed = (health.step >= 0) | ~finite
+    if given_finite is not None:
+        failed = failed & given_finite
+    return raise_if((lam, pbar), failed, message, health.step, direction * health.time)

@@ -442,6 +442,17 @@ def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Arr
                    (jnp.ones_like(taus),))[1]
 
 
+def live_save_cotangents(rows: DenseRows, taus: Array, ys_bar: Array) -> Array:
+    """``ys_bar`` with zeros for the saves past the last accepted step.
+
+    Those saves (of a solve that failed, or ended at a terminal event) are NaN constants:
+    they get no cotangent, whatever the loss gave them.  Every other entry is passed on as
+    it is, NaN included: a loss that is NaN at a save has a NaN gradient, as JAX gives.
+    """
+    last = jax.lax.stop_gradient(rows.tau)[jnp.maximum(rows.count - 1, 0)]
+    return jnp.where((taus > last)[:, None], 0, ys_bar)
+
+
 def save_cotangents(
     weights: AbstractDenseWeights, rows: DenseRows, taus: Array, ys_bar: Array,
     with_slopes: bool, with_times: bool,
@@ -452,7 +463,7 @@ def save_cotangents(
     Save ``j`` on row ``r`` gives ``ys_bar_j`` to ``y_n`` of the row and
     ``h b_l(theta_j) ys_bar_j`` to the slope of its ``l``-th interpolation stage (the
     weights only ``with_slopes``).  ``taus_bar`` (the interpolant's slope times
-    ``ys_bar``) only ``with_times``.
+    ``ys_bar``) only ``with_times``.  ``ys_bar`` is that of `live_save_cotangents`.
 
     Written out rather than left to `jax.vjp` of `interpolate`: the transpose of its
     unrolled weights is a chain of pads and adds over ``(n_save, L, N)`` that XLA fuses
@@ -462,10 +473,6 @@ def save_cotangents(
     """
     index = save_rows(rows)
     tau_rows, h_rows = jax.lax.stop_gradient(rows.tau), jax.lax.stop_gradient(rows.h)
-    last = tau_rows[jnp.maximum(rows.count - 1, 0)]
-    # Saves past the end of a failed solve are NaN constants: they get no cotangent, and
-    # a NaN there must not spread.
-    ys_bar = jnp.where((taus > last)[:, None], 0, jnp.nan_to_num(ys_bar))
     scaled = None
     if with_slopes:
 

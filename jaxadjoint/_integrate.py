@@ -193,7 +193,7 @@ def solve(
         A `Solution`.
     """
     saveat = as_saveat(saveat)
-    _check_concrete_save_times(saveat, t0, t1)
+    _check_concrete_save_times(saveat, t0, t1, y0)
     controller = _check_concrete_step_grid(controller, t0, t1)
     max_steps = check.as_python_int("max_steps", max_steps)
     max_events = check.as_python_int("max_events", max_events)
@@ -216,22 +216,33 @@ def solve(
     )
 
 
-def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any) -> None:
+def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> None:
     """Save times known before `jit` (a list, a NumPy or a concrete JAX array) are checked
     here, with a `ValueError`: the jitted solve sees every array traced, and would only
-    fail at run time."""
+    fail at run time.  They are checked as the solve will use them, in the dtype of ``y0``
+    (integer times included), so that the two checks agree."""
     times = (saveat.ts, t0, t1)
     if saveat.ts is None or not all(check.is_concrete(x) for x in times):
         return
     if not all(eqx.is_array_like(x) for x in times):
         return  # not numbers: the checks inside `_solve` name the argument
+    leaves = jax.tree.leaves(y0)
+    if not leaves or not all(eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x),
+                                                                      jnp.floating)
+                             for x in leaves):
+        return  # `_solve` names the problem with `y0`
     try:
         ts, t0_, t1_ = (np.asarray(x) for x in times)
-    except TypeError:
+    except (TypeError, ValueError):
         return
-    if ts.ndim == 1 and ts.shape[0] and all(np.issubdtype(x.dtype, np.number)
-                                            and not np.iscomplexobj(x) for x in (ts, t0_, t1_)):
-        check.check_save_times(ts, t0_, t1_)
+    if not (ts.ndim == 1 and ts.shape[0] and all(
+            (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer))
+            and x.dtype != np.bool_ for x in (ts, t0_, t1_))):
+        return  # `_solve` names the shape or dtype
+    dtype = jnp.result_type(*leaves)
+    check.check_save_times(check.as_real_array("saveat", ts, dtype),
+                           check.as_real_array("t0", t0_, dtype),
+                           check.as_real_array("t1", t1_, dtype), ts.dtype)
 
 
 def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
@@ -339,8 +350,9 @@ def _solve(
     if saveat.ts is None:
         ts = jnp.reshape(t1, (1,))
     else:
+        given = jnp.result_type(saveat.ts) if eqx.is_array_like(saveat.ts) else None
         ts = check.as_real_array("saveat", saveat.ts, dtype)
-        ts = check.check_save_times(ts, t0, t1)
+        ts = check.check_save_times(ts, t0, t1, given)
     _check_family(solver, saveat, sensitivity, integrand)
     if saveat.dense and not sensitivity.supports_dense:
         raise ValueError(

@@ -51,7 +51,7 @@ class RESULTS(eqx.Enumeration):
     )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
-        "(non-decreasing for t1 > t0); the solve did not start."
+        "(non-decreasing when t1 > t0, non-increasing when t1 < t0); the solve did not start."
     )
     invalid_times = (
         "`t0` and `t1` must be finite and different (an empty interval has no solution "
@@ -91,7 +91,8 @@ class RESULTS(eqx.Enumeration):
     )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "
-        "be meaningless. Fix the solve (e.g. increase `max_steps`) before taking gradients."
+        "be meaningless. Fix what `sol.result` names (its inputs, or e.g. `max_steps`) "
+        "before taking gradients."
     )
 
 

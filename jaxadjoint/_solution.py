@@ -67,7 +67,10 @@ class Solution(eqx.Module):
         """The solution at ``t`` (scalar or 1-D array in ``[t0, t1]``) from the dense output.
 
         Needs ``saveat=SaveAt(dense=True)``.  Differentiable like ``ys``, and in ``t``
-        (the interpolant's own time derivative).
+        (the interpolant's own time derivative).  A time outside ``[t0, t1]`` (beyond 16
+        ulps of its ends) or NaN raises a `ValueError` when it and the solution are
+        concrete; under `jax.jit` it gives NaN with a zero gradient, and no error whatever
+        ``throw`` was (a loss may mask such times out).
         """
         if self.interpolation is None:
             raise ValueError(

@@ -218,19 +218,27 @@ def input_result(t0: Array, t1: Array, rtol: Array, atol: Array, dt0: Array | No
     return RESULTS.where(times_valid(t0, t1), result, RESULTS.invalid_times)
 
 
-def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
+def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Array:
     """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it.
 
-    Concrete times are checked here; traced ones by the forward loop, which then does not
-    start and reports `RESULTS.invalid_save_times` (`save_times_valid`).
+    ``ts`` is in the solve's dtype; ``given`` is the dtype the times came in (None: the
+    same).  Times computed from t0 and t1 (``t0 + (t1 - t0) * s``) can land a few ulps
+    outside the interval: within 16 ulps of its ends, in the coarser of the two precisions,
+    they are its ends (a traced time keeps its derivative).  So float32 observation times
+    of a float64 solve whose ``t1`` is the last of them in float64 are accepted, as they are
+    inside `jit` too.
+
+    Concrete times are checked here, with a `ValueError` naming the first bad entry;
+    traced ones by the forward loop, which then does not start and reports
+    `RESULTS.invalid_save_times` (`save_times_valid`).
     """
     if ts.ndim != 1 or ts.shape[0] == 0:
         raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
     xp = _np_or_jnp(ts, t0, t1)
-    # Times computed from t0 and t1 (``t0 + (t1 - t0) * s``) can land a few ulps outside:
-    # within 16 ulps of the interval's ends they are its ends (a traced time keeps its
-    # derivative).
-    slack = 16 * np.finfo(ts.dtype).eps * xp.maximum(xp.abs(t0), xp.abs(t1))
+    eps = float(np.finfo(ts.dtype).eps)  # a Python float: weakly typed
+    if given is not None and np.issubdtype(given, np.floating):
+        eps = max(eps, float(np.finfo(given).eps))
+    slack = 16 * eps * xp.maximum(xp.abs(t0), xp.abs(t1))
     clipped = xp.clip(ts, xp.minimum(t0, t1), xp.maximum(t0, t1))
     shift = xp.where(xp.abs(ts - clipped) <= slack, clipped - ts, 0)
     ts = ts + (shift if xp is np else jax.lax.stop_gradient(shift))
@@ -239,14 +247,28 @@ def check_save_times(ts: Array, t0: Array, t1: Array) -> Array:
     bad_order = xp.any(xp.diff(taus) < 0) if ts.shape[0] > 1 else xp.array(False)
     outside = xp.any(taus < direction * t0) | xp.any(taus > direction * t1)
     nonfinite = ~xp.all(xp.isfinite(ts))
-    msg = (
-        "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
-        "(non-decreasing for t1 > t0)"
-    )
-    if all(is_concrete(x) for x in (ts, t0, t1)):
-        if bool(bad_order | outside | nonfinite):
-            raise ValueError(f"{msg}; got {np.asarray(ts)} with t0={float(t0)}, t1={float(t1)}")
+    if all(is_concrete(x) for x in (ts, t0, t1)) and bool(bad_order | outside | nonfinite):
+        raise ValueError(_bad_save_times_message(np.asarray(ts), float(t0), float(t1)))
     return ts
+
+
+def _bad_save_times_message(ts: np.ndarray, t0: float, t1: float) -> str:
+    """The rule for save times and the first entry of ``ts`` that breaks it."""
+    forward = t1 >= t0
+    rule = ("`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
+            f"({'non-decreasing' if forward else 'non-increasing'}, as t1 "
+            f"{'>' if forward else '<'} t0)")
+    low, high = min(t0, t1), max(t0, t1)
+    times = ts.tolist()
+    for j, t in enumerate(times):
+        if not np.isfinite(t):
+            return f"{rule}; saveat[{j}] is {t}"
+        if not low <= t <= high:
+            return (f"{rule}; saveat[{j}] = {t!r} is outside [{low!r}, {high!r}] "
+                    f"by {max(low - t, t - high):.3g}")
+        if j and (t - times[j - 1]) * (1 if forward else -1) < 0:
+            return f"{rule}; saveat[{j}] = {t!r} comes after saveat[{j - 1}] = {times[j - 1]!r}"
+    return rule
 
 
 def save_times_valid(taus: Array, tau0: Array, tau1: Array) -> Array:

@@ -59,6 +59,29 @@ def test_final_state_only_without_integrand():
         assert float(sol.ts[0]) == t1
 
 
+def test_a_nan_loss_has_a_nan_gradient():
+    """A loss that is NaN at one save, or through the integral, has a NaN gradient, as JAX
+    gives: not the finite gradient of the loss without that term, and no blow-up blamed on
+    the right-hand side (the program of `test_gradient_matches_replay`, NaN in its weights)."""
+    solver = helpers.ALL_SOLVERS[0]
+    diff = sc.make_inputs(sc.layout_for(solver))
+    kwargs = sc.sweep_kwargs(solver)
+    t0, t1, saveat = sc.FORWARD
+    _, _, (w_ys, w_q), _ = sc.run_arguments(diff, t0, t1, saveat, kwargs)
+    first, *others = jax.tree.leaves(w_ys)
+    at_one_save = jax.tree.unflatten(jax.tree.structure(w_ys),
+                                     [first.at[1].set(jnp.nan), *others])
+    through_integral = {**w_q, "sq": jnp.asarray(jnp.nan)}
+    for weights in ((at_one_save, w_q), (w_ys, through_integral)):
+        value, (grads, _), sol = sc.run(diff, t0, t1, saveat, kwargs, weights)
+        assert sol.result == ja.RESULTS.successful and np.isnan(float(value))
+        # Every input the NaN term depends on: the state's dynamics (not `w`, which only the
+        # integrand reads, nor the times of the other saves).
+        d_y0, d_args, d_rhs = grads
+        for leaf in jax.tree.leaves((d_y0, d_args["M"], d_args["eps"], d_rhs)):
+            assert np.all(np.isnan(np.asarray(leaf))), leaf
+
+
 # That the checkpoint strategies agree bit for bit is tested in test_bitwise.py.
 
 

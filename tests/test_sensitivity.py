@@ -106,6 +106,21 @@ def test_continuous_methods_converge_with_rtol(method, tight_gradient):
     assert errors[1] < errors[0] / 30
 
 
+def test_a_nan_loss_has_a_nan_gradient_with_continuous_adjoint():
+    """Fed a NaN cotangent, the backward solve fails; that is not reported as its failure
+    (nor a blow-up) but comes out as the NaN gradient JAX gives (it came out as 0)."""
+
+    def nan_at_a_save(inputs):
+        r, A, t0, t1, ts = inputs
+        sol = ja.solve(rhs, initial_state(r), t0, t1, (r, A), saveat=ts, max_steps=MAX_STEPS,
+                       sensitivity=ja.ContinuousAdjoint())
+        return jnp.sum(jnp.sqrt(sol.ys - 0.45))  # y_2(0) = 0.32: sqrt of a negative number
+
+    value, (r_bar, A_bar, *_) = jax.value_and_grad(nan_at_a_save)(INPUTS)
+    assert np.isnan(float(value))
+    assert np.all(np.isnan(np.asarray(r_bar))) and np.all(np.isnan(np.asarray(A_bar)))
+
+
 @pytest.mark.parametrize(
     "method,mode,bound",
     [

@@ -8,6 +8,7 @@ failed solve reports ``sol.result`` and differentiating it raises.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import equinox as eqx
@@ -129,25 +130,40 @@ def test_bad_times(t0, t1, match):
 
 
 @pytest.mark.parametrize(
-    "saveat, t0, t1",
+    "saveat, t0, t1, first_bad",
     [
-        ([0.5, 0.2], 0.0, 1.0),  # unsorted
-        ([0.5, 1.5], 0.0, 1.0),  # after t1
-        ([-0.1, 0.5], 0.0, 1.0),  # before t0
-        ([0.5, np.nan], 0.0, 1.0),
-        ([0.2, 0.5], 1.0, 0.0),  # backwards solve: must decrease
+        ([0.5, 0.2], 0.0, 1.0, "saveat[1] = 0.2 comes after saveat[0] = 0.5"),
+        ([0.5, 1.5], 0.0, 1.0, "saveat[1] = 1.5 is outside [0.0, 1.0] by 0.5"),
+        ([-0.1, 0.5], 0.0, 1.0, "saveat[0] = -0.1 is outside [0.0, 1.0] by 0.1"),
+        ([0.5, np.nan], 0.0, 1.0, "saveat[1] is nan"),
+        # A backwards solve: the times must decrease.
+        ([0.2, 0.5], 1.0, 0.0, "(non-increasing, as t1 < t0); saveat[1] = 0.5 comes after"),
     ],
     ids=["unsorted", "after-t1", "before-t0", "nan", "wrong-direction"],
 )
-def test_bad_saveat(saveat, t0, t1):
+def test_bad_saveat(saveat, t0, t1, first_bad):
     """Concrete save times (a list, a NumPy or a JAX array outside `jit`) raise before the
-    solve is traced; traced ones fail at run time (`test_bad_save_times_inside_jit_...`
-    in test_dense_output.py, and the sweep below)."""
+    solve is traced, naming the first bad entry; traced ones fail at run time
+    (`test_bad_save_times_inside_jit_...` in test_dense_output.py, and the sweep below)."""
+    match = "`saveat` must hold finite times inside.*" + re.escape(first_bad)
     for times in (saveat, np.asarray(saveat), jnp.asarray(saveat)):
-        with pytest.raises(ValueError, match="`saveat` must hold finite times inside"):
+        with pytest.raises(ValueError, match=match):
             solve(saveat=times, t0=t0, t1=t1)
-    with pytest.raises(ValueError, match="`saveat` must hold finite times inside"):
+    with pytest.raises(ValueError, match=match):
         solve(saveat=ja.SaveAt(ts=saveat, dense=True), t0=t0, t1=t1)
+
+
+def test_save_times_are_checked_as_the_solve_uses_them():
+    """Before `jit` as inside it: integers are times, and float32 times of a float64 solve
+    are within their own rounding of its ends (float32(0.1) is 0.1 + 1.5e-9: it is t1)."""
+    ys = np.asarray(solve(saveat=jnp.array([0.0, 1.0, 1.0])).ys)
+    for integers in ([0, 1, 1], np.array([0, 1, 1]), jnp.array([0, 1, 1])):
+        np.testing.assert_array_equal(np.asarray(solve(saveat=integers).ys), ys)
+    observed = np.array([0.05, 0.1], np.float32)
+    at_t1 = np.asarray(solve(t1=0.1).ys[-1])
+    np.testing.assert_array_equal(np.asarray(solve(t1=0.1, saveat=observed).ys[-1]), at_t1)
+    traced = jax.jit(lambda ts: solve(t1=0.1, saveat=ts).ys[-1])(jnp.asarray(observed))
+    np.testing.assert_array_equal(np.asarray(traced), at_t1)
 
 
 def test_saveat_as_a_list_of_times():
