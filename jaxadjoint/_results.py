@@ -86,8 +86,9 @@ class RESULTS(eqx.Enumeration):
         "solve succeeded: it reached `max_steps`, its step became too small, or it produced "
         "NaN or Inf. The adjoint equations of a stiff problem can be much harder than the "
         "problem itself, in float32 especially. Use `DiscreteAdjoint` (no backward solve: "
-        "the exact derivative of the forward steps), float64, or a larger `max_steps` "
-        "(which did not help on Robertson's kinetics to t = 4e9 and beyond)."
+        "the exact derivative of the forward steps), float64, looser tolerances for the "
+        "backward solve alone (`ContinuousAdjoint(rtol=..., atol=...)`), or a larger "
+        "`max_steps` (which did not help on Robertson's kinetics to t = 4e9 and beyond)."
     )
     failed_solve_differentiated = (
         "A solve that failed (see `sol.result`) was differentiated; its gradient would "

@@ -450,6 +450,24 @@ def test_forward_mode_replays_the_solves_own_stages():
     np.testing.assert_allclose(replayed[-1], -0.2363, rtol=2e-3)
 
 
+def test_forward_mode_second_derivatives():
+    """``jax.jacfwd(jax.jacfwd(...))`` through the kept stages: y' = -k y, y(2) = e^(-2k),
+    whose second derivative in k is 4 e^(-2k).  The stages' tangent was taken at a fixed
+    stage value, so the second derivative missed how the stage moves: 0.558 for 0.986."""
+
+    def final(k):
+        return ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 2.0, k, solver=ja.Kvaerno5(),
+                        rtol=1e-10, atol=1e-12, sensitivity=ja.DiscreteForward()).ys[-1, 0]
+
+    k = jnp.asarray(0.7)
+    second = float(jax.jit(jax.jacfwd(jax.jacfwd(final)))(k))
+    np.testing.assert_allclose(second, 4 * np.exp(-1.4), rtol=1e-7)
+    first = jax.jit(jax.jacfwd(final))
+    bump = 1e-4
+    np.testing.assert_allclose(second, float(first(k + bump) - first(k - bump)) / (2 * bump),
+                               rtol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------
 # Failures and unsupported options.
 
