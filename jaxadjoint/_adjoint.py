@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import cotangents_finite, raise_if_blown_up
+from ._adjoint_health import all_finite, raise_if_blown_up
 from ._checkpoints import AbstractCheckpoint, StoreStages, StoreStates
 from ._dense import DenseRows, live_save_cotangents, save_cotangents
 from ._events import event_cotangents
@@ -115,7 +115,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         # Saves after a terminal event are NaN constants.
         ys_bar = jnp.where((taus > event.tau)[:, None], 0, ys_bar)
     ys_bar = live_save_cotangents(rows, taus, ys_bar)
-    given_finite = cotangents_finite(ys_bar, integral_bar, dense_bar, event_bar)
+    given_finite = all_finite(ys_bar, integral_bar, dense_bar, event_bar)
     interpolating = system.interpolate_saves or system.dense
     pending, taus_bar = save_cotangents(plan.weights, rows, taus, ys_bar, interpolating,
                                         bool(perturbed.ts) or restart)

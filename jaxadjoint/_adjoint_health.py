@@ -96,15 +96,16 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     )
 
 
-def cotangents_finite(*cotangents: Any) -> Array:
-    """Whether every floating-point leaf of the cotangents the loss gave a solve is finite.
+def all_finite(*trees: Any) -> Array:
+    """Whether every floating-point leaf of ``trees`` is finite.
 
-    A NaN or Inf there comes from the loss (it is NaN at a save, or takes ``sqrt`` of a
-    negative one), not from the solve: its gradient is then NaN, as JAX's own derivatives
-    give, and no blow-up is reported against the right-hand side.
+    Of the cotangents the loss gave a solve: a NaN or Inf there comes from the loss (it is
+    NaN at a save, or takes ``sqrt`` of a negative one), not from the solve, so its gradient
+    is then NaN, as JAX's own derivatives give, and no blow-up is reported against the
+    right-hand side.
     """
     finite = jnp.array(True)
-    for leaf in jax.tree.leaves(cotangents):
+    for leaf in jax.tree.leaves(trees):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
             finite = finite & jnp.all(jnp.isfinite(leaf))
     return finite
@@ -118,12 +119,10 @@ def raise_if_blown_up(
 
     Also fails when the final ``dL/dy0`` or parameter cotangent is not finite although no
     step was caught (a NaN from the parameter derivative alone, or from ``t0``).  Not
-    where ``given_finite`` (`cotangents_finite` of what the loss gave) is false: the NaN
-    came in with the cotangents and goes out in the gradient.
+    where ``given_finite`` (`all_finite` of what the loss gave) is false: the NaN came in
+    with the cotangents and goes out in the gradient.
     """
-    finite = jnp.all(jnp.isfinite(lam))
-    for leaf in jax.tree.leaves(pbar):
-        finite = finite & jnp.all(jnp.isfinite(leaf))
+    finite = all_finite(lam, pbar)
 
     def message(step: np.ndarray, time: np.ndarray) -> str:
         where = (

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._adjoint import plain_solve, to_solve_output
-from ._adjoint_health import cotangents_finite, healthy, raise_if_blown_up
+from ._adjoint_health import all_finite, healthy, raise_if_blown_up
 from ._block_solve import Block, with_blocks
 from ._controllers import AbstractController, StepTo, Tolerances
 from ._dense import DenseRows, interpolate
@@ -360,9 +360,9 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     # (whatever `throw` says about the forward solve).
     # Its own message: the forward solve's (e.g. "explicit methods need tiny steps")
     # would blame the wrong solve.
-    # A NaN the loss gave (`cotangents_finite`) is no failure of the backward solve: it
+    # A NaN the loss gave (`all_finite`) is no failure of the backward solve: it
     # comes out as a NaN gradient.
-    given_finite = cotangents_finite(ys_bar, integral_bar)
+    given_finite = all_finite(ys_bar, integral_bar)
     lam, pbar_flat = RESULTS.adjoint_solve_failed.error_if(
         (lam, pbar_flat), (adj_result != RESULTS.successful) & given_finite)
     lam, pbar_flat = raise_if_blown_up(healthy(dtype), lam, pbar_flat, problem.direction,

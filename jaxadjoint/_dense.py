@@ -445,9 +445,10 @@ def interpolant_slopes(weights: AbstractDenseWeights, rows: DenseRows, taus: Arr
 def live_save_cotangents(rows: DenseRows, taus: Array, ys_bar: Array) -> Array:
     """``ys_bar`` with zeros for the saves past the last accepted step.
 
-    Those saves (of a solve that failed, or ended at a terminal event) are NaN constants:
-    they get no cotangent, whatever the loss gave them.  Every other entry is passed on as
-    it is, NaN included: a loss that is NaN at a save has a NaN gradient, as JAX gives.
+    Those saves (of a solve that failed) are NaN constants: they get no cotangent, whatever
+    the loss gave them (saves after a terminal event are masked by the caller).  Every
+    other entry is passed on as it is, NaN included: a loss that is NaN at a save has a
+    NaN gradient, as JAX gives.
     """
     last = jax.lax.stop_gradient(rows.tau)[jnp.maximum(rows.count - 1, 0)]
     return jnp.where((taus > last)[:, None], 0, ys_bar)

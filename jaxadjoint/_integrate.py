@@ -235,14 +235,18 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
         ts, t0_, t1_ = (np.asarray(x) for x in times)
     except (TypeError, ValueError):
         return
-    if not (ts.ndim == 1 and ts.shape[0] and all(
-            (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer))
-            and x.dtype != np.bool_ for x in (ts, t0_, t1_))):
+    if not (ts.ndim == 1 and ts.shape[0] and _real_numbers(ts, t0_, t1_)):
         return  # `_solve` names the shape or dtype
     dtype = jnp.result_type(*leaves)
     check.check_save_times(check.as_real_array("saveat", ts, dtype),
                            check.as_real_array("t0", t0_, dtype),
                            check.as_real_array("t1", t1_, dtype), ts.dtype)
+
+
+def _real_numbers(*arrays: np.ndarray) -> bool:
+    """Whether every NumPy array holds floats or integers (not booleans or complex)."""
+    return all(np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+               for x in arrays)
 
 
 def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
@@ -262,8 +266,7 @@ def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
     if not all(check.is_concrete(x) and eqx.is_array_like(x) for x in times):
         return controller
     ts_, t0_, t1_ = (np.asarray(x) for x in times)
-    if not all(np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
-               for x in (ts_, t0_, t1_)):
+    if not _real_numbers(ts_, t0_, t1_):
         return controller  # `_check_controller` names the dtype
     check.check_step_grid_shape(ts_)
     if not bool(check.step_grid_valid(ts_.astype(np.float64), np.float64(t0_),
