@@ -111,7 +111,8 @@ class GradientCheck:
     Attributes:
         gradient: the gradient being checked (same pytree as ``params``).
         method: the name of the sensitivity method.
-        rtol, atol: the tolerances it was computed at.
+        rtol, atol: the tolerances it was computed at (``atol`` as given: a number, or
+            per component an array or pytree).
         roundoff, truncation: the floors of the round-off and truncation thresholds (from
             ``eps`` and ``rtol``); each row holds the threshold it was judged by.
         comparisons: one `GradientComparison` per reference.
@@ -124,7 +125,7 @@ class GradientCheck:
     gradient: Any
     method: str
     rtol: float
-    atol: float
+    atol: Any
     roundoff: float
     truncation: float
     comparisons: tuple[GradientComparison, ...]
@@ -192,7 +193,7 @@ class GradientCheck:
     def __str__(self) -> str:
         grad = ravel_pytree(self.gradient)[0]
         lines = [
-            f"Gradient check of {self.method} at rtol={self.rtol:.1e}, atol={self.atol:.1e} "
+            f"Gradient check of {self.method} at rtol={self.rtol:.1e}, {_describe(self.atol)} "
             f"(|grad| = {float(jnp.linalg.norm(grad)):.3e})",
             f"  {'compared with':<46} {'rel. diff':>10}  {'expected':<22} verdict",
         ]
@@ -255,7 +256,7 @@ def check_gradient(
     *,
     sensitivity: AbstractSensitivity | None = None,
     rtol: float = 1e-6,
-    atol: float | None = None,
+    atol: Any = None,
     tighter: float = 100.0,
     roundoff_factor: float = 1e4,
     truncation_factor: float = 100.0,
@@ -268,7 +269,8 @@ def check_gradient(
             ``def loss(p, **options): sol = ja.solve(rhs, y0, t0, t1, p, **options)``).
         params: the point (a pytree of floating arrays).
         sensitivity: the method whose gradient is checked (default `DiscreteAdjoint()`).
-        rtol, atol: the tolerances it is used at (``atol`` defaults to ``rtol``).
+        rtol, atol: the tolerances it is used at (``atol`` defaults to ``rtol``; it may be
+            per component, an array or a pytree, as `jaxadjoint.solve` takes it).
         tighter: the factor by which the reference solves tighten both tolerances.
         roundoff_factor, truncation_factor: the thresholds, see the module docstring.
 
@@ -282,15 +284,15 @@ def check_gradient(
     method = DiscreteAdjoint() if sensitivity is None else sensitivity
     # A diagnosis must see the gradient that differentiation would refuse (stiff steps).
     method = _accepting_stiff_steps(method)
-    atol = rtol if atol is None else atol
-    if not (rtol > 0 and atol >= 0 and tighter > 1):
+    atol = rtol if atol is None else jax.tree.map(np.asarray, atol)
+    if not (rtol > 0 and all(np.all(a >= 0) for a in jax.tree.leaves(atol)) and tighter > 1):
         raise ValueError(
             f"need rtol > 0, atol >= 0 and tighter > 1; got rtol={rtol!r}, atol={atol!r}, "
             f"tighter={tighter!r}"
         )
     flat, unravel = ravel_pytree(params)
     eps = float(jnp.finfo(flat.dtype).eps)
-    tight_rtol, tight_atol = rtol / tighter, atol / tighter
+    tight_rtol, tight_atol = rtol / tighter, jax.tree.map(lambda a: a / tighter, atol)
 
     def value_and_grad_of(method_):
         def value(x, rtol_, atol_):
@@ -302,7 +304,7 @@ def check_gradient(
         return jnp.asarray(x, dtype=dtype)
 
     def evaluate(fn, x, rtol_, atol_):
-        v, g_ = fn(x, as_array(rtol_), as_array(atol_))
+        v, g_ = fn(x, as_array(rtol_), jax.tree.map(as_array, atol_))
         return float(v), np.asarray(g_)
 
     grad_method = value_and_grad_of(method)
@@ -361,13 +363,24 @@ def check_gradient(
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
     return GradientCheck(
         gradient=unravel(jnp.asarray(g)), method=type(method).__name__, rtol=float(rtol),
-        atol=float(atol), roundoff=roundoff, truncation=truncation_floor,
+        atol=float(atol) if np.ndim(atol) == 0 and not isinstance(atol, (dict, list, tuple))
+        else atol, roundoff=roundoff, truncation=truncation_floor,
         comparisons=tuple(rows), roundoff_noise=noise, loss_change=loss_change, fd_error=fd_error,
     )
 
 
+def _describe(atol: Any) -> str:
+    """``atol=1.0e-06``, or the range of a per-component one."""
+    leaves = [np.asarray(a) for a in jax.tree.leaves(atol)]
+    if len(leaves) == 1 and leaves[0].ndim == 0:
+        return f"atol={float(leaves[0]):.1e}"
+    low = min(float(a.min()) for a in leaves)
+    high = max(float(a.max()) for a in leaves)
+    return f"atol per component in [{low:.1e}, {high:.1e}]"
+
+
 def _roundoff_noise(fns: tuple, gradients: tuple, value: float, flat: Array, rtol: float,
-                    atol: float, evaluate: Callable) -> float:
+                    atol: Any, evaluate: Callable) -> float:
     """How far the gradients of ``fns`` move when each parameter moves by one unit in its
     last place (`NOISE_SAMPLES` random signs): their round-off noise on this step grid.
 

@@ -276,11 +276,20 @@ def _backward(
             "`controller=StepTo(...)`; use an adaptive controller or `ConstantStep`"
         )
     tol = system.tol
+    solver = system.solver
+    if jnp.ndim(tol.atol) and sens.atol is None:
+        raise ValueError(
+            "`ContinuousAdjoint` with a per-component `atol`: the backward solve's state "
+            "(the adjoint and the parameter integral) has other components, so it needs a "
+            "scalar absolute tolerance of its own: pass `ContinuousAdjoint(atol=...)`")
     if sens.rtol is not None or sens.atol is not None:
         tol = Tolerances(
             tol.rtol if sens.rtol is None else jnp.asarray(sens.rtol, dtype),
             tol.atol if sens.atol is None else jnp.asarray(sens.atol, dtype),
         )
+    if jnp.ndim(system.tol.atol):
+        # The Newton test of implicit solvers takes the backward solve's tolerances too.
+        solver = solver.with_tolerances(tol.rtol, tol.atol)
     controller = system.controller
     if trajectory is not None:
         # Adjoint internal time is -(forward internal time); stop at every grid point.
@@ -295,7 +304,7 @@ def _backward(
         blocks.insert(0, Block(start=n + num_p, size=n, diagonal="jacobian"))
     adj = _AdjointSystem(
         **derived_kwargs(system, tol=tol, controller=controller,
-                         solver=with_blocks(system.solver, blocks),
+                         solver=with_blocks(solver, blocks),
                          dt0=system.dt0 if not system.controller.adaptive else None,
                          interpolate_saves=False, land_on_ts=False),
         n_state=n, params_off=params_off, mu=mu, trajectory=trajectory,
@@ -395,7 +404,8 @@ class ContinuousAdjoint(AbstractSensitivity):
         state: how the backward pass knows ``y(t)``: ``"checkpointed"`` (default;
             quintic Hermite interpolation of the stored forward steps, stable) or ``"backsolve"``
             (re-integrate the state backwards; no storage, can be unstable).
-        rtol, atol: tolerances of the backward solve (default: those of the forward).
+        rtol, atol: tolerances of the backward solve (default: those of the forward;
+            ``atol`` is required when the forward one is per component).
         accept_stiff_steps: return the gradient even when the forward solve rode the
             stability boundary of an explicit method (default: an error).
 

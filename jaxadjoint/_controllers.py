@@ -31,6 +31,11 @@ class Tolerances(eqx.Module):
     atol: Array
 
 
+def leading_tolerances(tol: Tolerances, n: int) -> Tolerances:
+    """``tol`` for the first ``n`` components of the state (all of a scalar ``atol``)."""
+    return Tolerances(tol.rtol, tol.atol[:n]) if jnp.ndim(tol.atol) else tol
+
+
 def rms_norm(x: Array) -> Array:
     """Root-mean-square norm, Hairer's choice: independent of the number of components."""
     return jnp.sqrt(jnp.mean(jnp.square(x))) if x.size else jnp.zeros((), x.dtype)

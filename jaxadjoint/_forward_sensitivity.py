@@ -130,7 +130,10 @@ class _SensitivityController(AbstractController):
         err_y = scaled_error(y[:n], y_new[:n], y_error[:n], self.state_tol)
         shape = (n, self.num_cols)
         s_old, s_new = y[n:].reshape(shape), y_new[n:].reshape(shape)
-        weights = self.sens_tol.atol + self.sens_tol.rtol * jnp.maximum(
+        # A per-component atol weighs row i of S (the derivatives of y_i) as it weighs y_i.
+        atol = self.sens_tol.atol
+        atol = atol[:, None] if jnp.ndim(atol) else atol
+        weights = atol + self.sens_tol.rtol * jnp.maximum(
             jnp.abs(s_old), jnp.abs(s_new))
         ratios = y_error[n:].reshape(shape) / weights
         err_cols = jax.vmap(rms_norm, in_axes=1)(ratios)
@@ -240,9 +243,16 @@ def _setup(sens: ForwardSensitivity, system: System, problem: Problem, problem_d
         Block(start=n, size=n * cols.total, diagonal="columns", columns=max(cols.total, 1),
               of=0),
     ])
+    aug_tol = system.tol
+    if jnp.ndim(system.tol.atol):
+        # Per-component atol: S's row i (vec(S) is row-major) has the weight of y_i, in the
+        # first step's choice and in the Newton test of implicit solvers.
+        aug_atol = jnp.concatenate([system.tol.atol, jnp.repeat(system.tol.atol, cols.total)])
+        aug_tol = Tolerances(system.tol.rtol, aug_atol)
+        solver = solver.with_tolerances(aug_tol.rtol, aug_tol.atol)
     aug = _SensitivitySystem(
-        **derived_kwargs(system, controller=controller, solver=solver), columns=cols,
-        params_off=params_off,
+        **derived_kwargs(system, controller=controller, solver=solver, tol=aug_tol),
+        columns=cols, params_off=params_off,
     )
     aug_problem = Problem(
         y0=jnp.concatenate([y0, s0.reshape(-1)]), params=params_on, t0=problem.t0,
@@ -330,7 +340,8 @@ class ForwardSensitivity(AbstractSensitivity):
             discrete derivative (`DiscreteAdjoint`) to round-off (Kvaerno5: up to the
             Newton tolerance; module docstring).
         sensitivity_rtol, sensitivity_atol: tolerances of the sensitivity error test
-            (default: those of the state).
+            (default: those of the state; a per-component ``atol_i`` weighs the
+            sensitivities of ``y_i``).
         accept_stiff_steps: return the sensitivities even when the solve rode the
             stability boundary of an explicit method (default: an error).
 

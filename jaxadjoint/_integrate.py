@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -158,7 +159,10 @@ def solve(
         args: a pytree passed to ``rhs`` and ``integrand``.
         solver: the method: explicit (`Dopri5`, `Tsit5`, `CashKarp`, ...) or, for stiff
             problems, Rosenbrock (`Rodas5`, `Rodas4`, `Rodas3`) or implicit (`Kvaerno5`).
-        rtol, atol: local error tolerances of adaptive controllers (scalars).
+        rtol, atol: local error tolerances of adaptive controllers: the error test weighs
+            component ``i`` by ``atol_i + rtol |y_i|``.  ``rtol`` is a scalar; ``atol`` a
+            scalar or one per component: an array that broadcasts to ``y0`` (when ``y0``
+            is one array) or a pytree of ``y0``'s structure (a scalar or array per leaf).
         dt0: first step; chosen automatically when ``None`` (adaptive controllers), the
             constant step for fixed-step solvers without a ``controller``.  Its sign is
             ignored (as ``ConstantStep``'s): ``t0`` and ``t1`` set the direction.
@@ -194,6 +198,7 @@ def solve(
     """
     saveat = as_saveat(saveat)
     _check_concrete_save_times(saveat, t0, t1, y0)
+    _check_concrete_tolerances(rtol, atol, y0)
     controller = _check_concrete_step_grid(controller, t0, t1)
     max_steps = check.as_python_int("max_steps", max_steps)
     max_events = check.as_python_int("max_events", max_events)
@@ -241,6 +246,32 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
     check.check_save_times(check.as_real_array("saveat", ts, dtype),
                            check.as_real_array("t0", t0_, dtype),
                            check.as_real_array("t1", t1_, dtype), ts.dtype)
+
+
+def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
+    """Tolerances known before `jit` (NumPy or concrete JAX arrays among them, which the
+    jitted solve traces) are checked here, so that a bad component is named.  Python
+    numbers are constants of the jitted solve, checked when it is traced."""
+    tolerances = jax.tree.leaves((rtol, atol))
+    if all(isinstance(x, (int, float)) for x in tolerances):
+        return
+    leaves = jax.tree.leaves(y0)
+    if not leaves or not all(eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x),
+                                                                      jnp.floating)
+                             for x in leaves):
+        return  # `_solve` names the problem with `y0`
+    if not all(eqx.is_array_like(x) and check.is_concrete(x) for x in tolerances):
+        return
+    dtype = jnp.result_type(*leaves)
+    as_numpy = jax.tree.map(np.asarray, (rtol, atol))
+    rtol_ = check.as_real_array("rtol", as_numpy[0], dtype)
+    if np.ndim(rtol_) != 0:
+        return  # `_solve` names the shape
+    with warnings.catch_warnings():
+        if isinstance(rtol, (int, float)):
+            # A Python number is a constant of the jitted solve, which warns about it.
+            warnings.simplefilter("ignore")
+        check.check_tolerances(rtol_, check.per_component_atol(as_numpy[1], y0, dtype))
 
 
 def _real_numbers(*arrays: np.ndarray) -> bool:
@@ -328,12 +359,9 @@ def _solve(
     check.check_rhs_differentiable(rhs, t0, y0, args, solver)
     t0 = check.check_times(t0, t1, throw)
     rtol = check.as_real_array("rtol", rtol, dtype)
-    atol = check.as_real_array("atol", atol, dtype)
-    per_component = (": one tolerance for every component (per-component tolerances are not "
-                     "supported; rescale the state so that one fits, e.g. solve for "
-                     "`y / typical_size`)")
-    check.check_scalar("rtol", rtol, per_component)
-    check.check_scalar("atol", atol, per_component)
+    atol = check.per_component_atol(atol, y0, dtype)
+    check.check_scalar("rtol", rtol, ": one relative tolerance for every component (`atol` "
+                       "may be given per component)")
     rtol, atol = check.check_tolerances(rtol, atol, throw)
     if dt0 is not None and isinstance(controller, (ConstantStep, StepTo)):
         # Ignored there: refused unless it is the same constant step (concretely).

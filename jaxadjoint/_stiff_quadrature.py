@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from . import _validation as check
 from ._block_solve import Block, with_blocks
-from ._controllers import AbstractController, IController
+from ._controllers import AbstractController, IController, leading_tolerances
 from ._saveat import SaveAt
 from ._solution import Solution
 from .solvers._base import AbstractSolver, AbstractStiffFamily
@@ -52,7 +53,8 @@ class _StateErrorOnly(AbstractController):
         def f_state(tau, y):
             return f(tau, jnp.concatenate([y, rest]))[:n]
 
-        return self.inner.init(f_state, tau0, tau1, y0[:n], k0[:n], dt0, solver, tol, direction)
+        return self.inner.init(f_state, tau0, tau1, y0[:n], k0[:n], dt0, solver,
+                               leading_tolerances(tol, n), direction)
 
     def propose(self, tau, h, state):
         return self.inner.propose(tau, h, state)
@@ -60,7 +62,8 @@ class _StateErrorOnly(AbstractController):
     def adapt(self, y, y_new, y_error, k0, h, state, solver, tol):
         n = self.n_state
         err = None if y_error is None else y_error[:n]
-        return self.inner.adapt(y[:n], y_new[:n], err, k0[:n], h, state, solver, tol)
+        return self.inner.adapt(y[:n], y_new[:n], err, k0[:n], h, state, solver,
+                                leading_tolerances(tol, n))
 
 
 def uses_quadrature_state(solver: Any, integrand: Any, saveat: SaveAt, events: Any) -> bool:
@@ -93,6 +96,13 @@ def solve_with_quadrature_state(
         controller = _StateErrorOnly(IController() if controller is None else controller, n)
     solver = with_blocks(solver, [Block(start=0, size=n, diagonal="jacobian"),
                                   Block(start=n, size=num_q, diagonal="zero")])
+    atol = kwargs.get("atol")
+    if atol is not None and not (eqx.is_array_like(atol) and jnp.ndim(atol) == 0):
+        # Per-component: the integral's components (not error-tested, but in the Newton
+        # test of implicit solvers) take the state's smallest tolerance.
+        flat = jnp.asarray(check.per_component_atol(atol, y0, dtype))
+        q_atol = jax.tree.map(lambda q: jnp.full(q.shape, jnp.min(flat), dtype), q0)
+        kwargs["atol"] = (ravel_pytree(y0)[1](flat), q_atol)
     sol = solve(augmented, (y0, q0), t0, t1, args, solver=solver, controller=controller,
                 saveat=SaveAt(ts=ts, land_on_ts=saveat.land_on_ts), **kwargs)
     ys, qs = sol.ys

@@ -64,7 +64,8 @@ from ._allocator import hint_if_large
 _TARGET = "jaxadjoint_uninitialised"
 # The jaxlib releases the handler was run and checked on, an inclusive range: all of
 # tests/test_uninitialised.py and tests/test_cost_follows_steps.py pass.  To widen it, run
-# them on the new jaxlib with ``JAXADJOINT_UNINITIALISED=ffi``.
+# them on the new jaxlib with ``JAXADJOINT_UNINITIALISED=ffi``, and widen the bound on jax and
+# jaxlib in pyproject.toml's test extras with it.
 TESTED_JAXLIB = ((0, 10, 0), (0, 10, 2))
 ENVIRONMENT_VARIABLE = "JAXADJOINT_UNINITIALISED"
 # Buffers smaller than this are zero-filled, not allocated through the handler: see

@@ -107,6 +107,47 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
     return cast
 
 
+def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
+    """``atol`` as the error test uses it: a scalar, or one tolerance per component of the
+    flattened state (the order of `jax.flatten_util.ravel_pytree` on ``y0``).
+
+    Accepted: a scalar; an array that broadcasts to ``y0``'s shape when ``y0`` is one
+    array; or a pytree with ``y0``'s structure whose leaves broadcast to ``y0``'s leaves
+    (each a scalar or an array).  Concrete values stay NumPy arrays (`as_real_array`), so
+    that `check_tolerances` can check them before the solve runs.
+    """
+    if eqx.is_array_like(atol) and np.ndim(atol) == 0:
+        return as_real_array("atol", atol, dtype)
+    y_leaves, y_def = jax.tree_util.tree_flatten_with_path(y0)
+    if isinstance(atol, (list, tuple)) and y_def == jax.tree.structure(0.0):
+        atol = np.asarray(atol) if all(is_concrete(a) for a in atol) else jnp.stack(atol)
+    if eqx.is_array_like(atol) and y_def == jax.tree.structure(0.0):
+        named = [("", atol, y_leaves[0][1])]
+    else:
+        if jax.tree.structure(atol) != y_def:
+            raise ValueError(
+                "`atol` must be a scalar, an array that broadcasts to `y0` (when `y0` is one "
+                "array), or a pytree with the structure of `y0` (one tolerance per leaf or "
+                f"per component); `y0` has structure {y_def}, `atol` has structure "
+                f"{jax.tree.structure(atol)}")
+        named = [(jax.tree_util.keystr(path), a, y) for (path, y), a
+                 in zip(y_leaves, jax.tree.leaves(atol))]
+    parts = []
+    for where, a, y in named:
+        a = as_real_array(f"atol{where}", a, dtype)
+        try:
+            fits = np.broadcast_shapes(np.shape(a), np.shape(y)) == np.shape(y)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"`atol{where}` has shape {np.shape(a)}, which does not "
+                             f"broadcast to the shape {np.shape(y)} of `y0{where}`")
+        xp = np if is_concrete(a) else jnp
+        parts.append(xp.broadcast_to(a, np.shape(y)).ravel())
+    xp = _np_or_jnp(*parts)
+    return xp.concatenate(parts)
+
+
 def check_scalar(name: str, x: Array, hint: str = "") -> None:
     """``x`` must be a scalar; ``hint`` ends the message."""
     if jnp.ndim(x) != 0:
@@ -183,12 +224,23 @@ def check_step(name: str, dt: Array, throw: bool = True) -> Array:
     return eqx.error_if(dt, ~step_valid(dt), msg)
 
 
+def _describe_atol(rtol: Array, atol: Array) -> str:
+    """``atol=...``, or for per-component tolerances the first bad component."""
+    if np.ndim(atol) == 0:
+        return f"atol={float(atol)}"
+    ok = np.isfinite(atol) & (atol >= 0) & ((rtol != 0) | (atol != 0))
+    if np.all(ok):
+        return f"atol of {np.size(atol)} components"
+    i = int(np.flatnonzero(~ok)[0])
+    return f"atol[{i}]={float(atol[i])} (component {i} of the flattened state)"
+
+
 def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Array, Array]:
     msg = "`rtol` and `atol` must be finite and non-negative, and not both zero"
     bad = ~tolerances_valid(rtol, atol)
     if is_concrete(rtol) and is_concrete(atol):
         if bool(bad):
-            raise ValueError(f"{msg}; got rtol={float(rtol)}, atol={float(atol)}")
+            raise ValueError(f"{msg}; got rtol={float(rtol)}, {_describe_atol(rtol, atol)}")
         eps = float(jnp.finfo(jnp.result_type(rtol)).eps)
         if 0 < float(rtol) < eps:
             warnings.warn(

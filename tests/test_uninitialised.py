@@ -106,10 +106,13 @@ def test_choice_can_be_forced():
 def test_installed_jaxlib_is_tested():
     """The suite runs on a jaxlib the handler was tested on; on a new release, run this file
     and tests/test_cost_follows_steps.py with ``JAXADJOINT_UNINITIALISED=ffi`` and, if they
-    pass, widen `TESTED_JAXLIB`."""
+    pass, widen `TESTED_JAXLIB` and the bound on jax and jaxlib in pyproject.toml's test
+    extras."""
     import jaxlib
 
-    assert handler_choice(jaxlib.__version__, None) is None, jaxlib.__version__
+    assert handler_choice(jaxlib.__version__, None) is None, (
+        f"jaxlib {jaxlib.__version__} is outside TESTED_JAXLIB: see this test's docstring"
+    )
 
 
 @pytest.mark.background("uninitialised ffi", "uninitialised zeros", "uninitialised nan")

@@ -187,10 +187,31 @@ def test_checkpoint_class_instead_of_instance_is_named():
         ja.DiscreteAdjoint(checkpoint=3)
 
 
-def test_per_component_tolerances_are_refused_clearly():
-    with pytest.raises(ValueError, match="`atol` must be a scalar, got shape \\(2,\\).*"
-                                         "per-component tolerances are not supported"):
-        solve(atol=jnp.array([1e-6, 1e-8]))
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rtol=jnp.array([1e-6, 1e-8])), r"`rtol` must be a scalar, got shape \(2,\).*"
+         "`atol` may be given per component"),
+        (dict(atol=jnp.array([1e-6, 1e-8, 1e-8])), r"`atol` has shape \(3,\), which does not "
+         r"broadcast to the shape \(2,\) of `y0`"),
+        (dict(atol={"a": 1e-6}), "`atol` must be a scalar, an array that broadcasts to `y0`"),
+        (dict(y0={"a": Y0, "b": 1.0}, atol=jnp.array([1e-6, 1e-8, 1e-8]),
+              rhs=lambda t, y, k: jax.tree.map(lambda u: -k * u, y)),
+         "or a pytree with the structure of `y0`"),
+        (dict(y0={"a": Y0, "b": 1.0}, atol={"a": jnp.ones(3), "b": 1e-6},
+              rhs=lambda t, y, k: jax.tree.map(lambda u: -k * u, y)),
+         r"`atol\['a'\]` has shape \(3,\).*`y0\['a'\]`"),
+        (dict(atol=np.array([1e-6, -1e-8])), r"atol\[1\]=-1e-08 \(component 1 of the "
+         r"flattened state\)"),
+        (dict(rtol=0.0, atol=[1e-6, 0.0]), r"not both zero; got rtol=0.0, atol\[1\]=0.0"),
+        (dict(atol=[1e-6, 1e-6j]), "`atol` must be real"),
+    ],
+    ids=["vector-rtol", "atol-shape", "atol-tree-for-array", "array-atol-for-tree",
+         "atol-leaf-shape", "negative-component", "zero-component", "complex-component"],
+)
+def test_per_component_tolerances_are_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        solve(**kwargs)
 
 
 @pytest.mark.parametrize("max_steps", [0, -3, 2.5, True, "10"])
