@@ -69,6 +69,11 @@ from ._sensitivity_base import AbstractSensitivity
 ROUNDOFF = "round-off"
 TRUNCATION = "truncation"
 WRONG = "WRONG"
+INCONCLUSIVE = "inconclusive"
+# Relative differences are at most 2, and one of 0.5 is a gradient half wrong: a threshold
+# this wide (a loss that moves by 0.5 % between the tolerances, at the default factor)
+# accepts any gradient, so a difference it lets through decides nothing.
+MEANINGFUL_THRESHOLD = 0.5
 # The same-grid threshold is this many times the measured round-off noise (if above the floor).
 NOISE_FACTOR = 10.0
 # One-ulp perturbations of the parameters used to measure that noise.
@@ -86,7 +91,9 @@ class GradientComparison:
         expected: the class the difference should fall in (``"round-off"`` or
             ``"truncation"``).
         threshold: the largest difference accepted for ``expected``.
-        verdict: ``"round-off"``, ``"truncation"`` or ``"WRONG"``.
+        verdict: ``"round-off"``, ``"truncation"`` or ``"WRONG"``; ``"inconclusive"``
+            when the difference is above round-off and the threshold it passed is so wide
+            (`MEANINGFUL_THRESHOLD`) that it would accept any gradient.
     """
 
     name: str
@@ -101,7 +108,7 @@ class GradientComparison:
         """Whether the difference is within the class it should fall in."""
         if self.expected == ROUNDOFF:
             return self.verdict == ROUNDOFF
-        return self.verdict != WRONG
+        return self.verdict not in (WRONG, INCONCLUSIVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +142,10 @@ class GradientCheck:
 
     @property
     def ok(self) -> bool:
-        """True when every difference is in its expected class."""
-        return all(c.ok for c in self.comparisons)
+        """True when every difference is in its expected class (central differences too
+        wide to decide anything are not held against the gradient: a note says so)."""
+        same_grid, tighter, fd = self.comparisons
+        return same_grid.ok and tighter.ok and (fd.ok or fd.verdict == INCONCLUSIVE)
 
     @property
     def summary(self) -> str:
@@ -151,6 +160,15 @@ class GradientCheck:
             return f"OK: {exact}agrees with the derivative of the ODE to within the tolerance."
         if not all(np.isfinite(c.difference) for c in self.comparisons):
             return "WRONG: the gradient or a reference is not finite."
+        if tighter.verdict == INCONCLUSIVE and same_grid.ok:
+            return (
+                f"INCONCLUSIVE: the loss itself changes by {self.loss_change:.1e} (relative) "
+                "between the two tolerances: the solution has not converged, so differences "
+                "as large as the gradient itself count as truncation, and nothing can be "
+                "said about the gradient at this tolerance. Tighten rtol until the loss "
+                "agrees between the tolerances; a chaotic system over a long horizon may not "
+                "get there in float64 (shorten the horizon, or fit over shorter windows)."
+            )
         if tighter.verdict == WRONG:
             if not same_grid.ok:
                 amplified = (
@@ -218,12 +236,17 @@ class GradientCheck:
                 f"round-off is amplified here: one-ulp changes of the parameters move the "
                 f"gradients by up to {self.roundoff_noise:.1e}, so the same-grid threshold is "
                 f"{same_grid.threshold:.1e}")
-        if self.truncation < tighter.difference <= tighter.threshold:
+        if (self.truncation < tighter.difference <= tighter.threshold
+                and tighter.verdict != INCONCLUSIVE):
             notes.append(
                 f"the loss itself moved by {self.loss_change:.1e} between the tolerances "
                 f"({self.loss_change / self.rtol:.0f}x rtol): truncation is allowed the same "
                 "factor")
-        if fd.threshold - self.fd_error < fd.difference <= fd.threshold:
+        if fd.verdict == INCONCLUSIVE and tighter.verdict != INCONCLUSIVE:
+            notes.append(
+                f"central differences decide nothing here: at twice the step they differ by "
+                f"{self.fd_error:.1e}, which widens their threshold to {fd.threshold:.1e}")
+        elif fd.threshold - self.fd_error < fd.difference <= fd.threshold:
             notes.append(
                 f"central differences at twice the step differ by {self.fd_error:.1e}: "
                 "their own error, allowed for")
@@ -247,7 +270,9 @@ def _accepting_stiff_steps(method: AbstractSensitivity) -> AbstractSensitivity:
 def _classify(difference: float, roundoff: float, truncation: float) -> str:
     if difference <= roundoff:
         return ROUNDOFF
-    return TRUNCATION if difference <= truncation else WRONG
+    if difference > truncation:
+        return WRONG
+    return INCONCLUSIVE if truncation >= MEANINGFUL_THRESHOLD else TRUNCATION
 
 
 def check_gradient(

@@ -11,7 +11,10 @@ where ``P`` counts only the inputs that are being differentiated.  Each perturbe
 chooses its own steps, so the result carries the solver's error divided by ``h`` as well
 as the truncation error of the difference: it stagnates around ``1e-7`` relative at best
 (``step ~ 1e-6``).  A bump that would move ``t0`` or ``t1`` past a save time, or a save
-time out of ``[t0, t1]``, is taken on the other side only.  A save time may pass its
+time out of ``[t0, t1]``, is taken on the other side only: with the central scheme as
+the second-order one-sided difference through ``x``, ``x + h`` and ``x + 2 h`` (one more
+solve; ``y(t1)`` without save times is such a save, so every ``t1`` derivative takes it),
+falling back to first order if ``x + 2 h`` leaves the interval too.  A save time may pass its
 neighbours: the bumped solve saves at the sorted times and its saves are put back in the
 caller's order (repeated save times, and saves at ``t0`` or ``t1``, get their derivative).
 
@@ -64,6 +67,17 @@ def _solve_sorted(system: System, problem: Problem) -> tuple[Array, Array, Array
     return fwd.ys[jnp.argsort(order)], fwd.integral, fwd.result
 
 
+def _coarsest_dtype(system: System, problem: Problem, on: Any) -> Any:
+    """The floating dtype of least precision among the state's leaves as the user gave
+    them and the differentiated inputs: the solve runs in the widest, but the right-hand
+    side sees a float32 leaf of ``y0`` (or a float32 parameter) rounded to float32, and a
+    bump chosen for float64 drowns in that rounding (1e-3 off on a float32 leaf)."""
+    leaves = jax.tree.leaves(jax.eval_shape(system.unravel_y, problem.y0)) + jax.tree.leaves(on)
+    dtypes = [jnp.result_type(leaf) for leaf in leaves
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.floating)]
+    return max(dtypes, key=lambda d: float(jnp.finfo(d).eps), default=problem.y0.dtype)
+
+
 @eqx.filter_custom_jvp
 def _solve(problem: Problem, system: System, fd: FiniteDifferences) -> SolveOutput:
     del fd
@@ -88,8 +102,10 @@ def _solve_jvp(primals, tangents):
         ok = (result == RESULTS.successful) & _valid(p, problem)
         return jnp.concatenate([ys.reshape(-1), integral]), ok
 
+    relative_step = fd.bump(_coarsest_dtype(system, problem, on))
+
     def bumped(k: Array, sign: float) -> tuple[Array, Array, Array]:
-        h = fd.bump(dtype) * jnp.maximum(1.0, jnp.abs(x[k]))
+        h = relative_step * jnp.maximum(1.0, jnp.abs(x[k]))
         xk = x.at[k].add(sign * h)
         return xk, xk[k] - x[k], _valid(combine(unravel(xk), off), problem)
 
@@ -97,21 +113,42 @@ def _solve_jvp(primals, tangents):
         if fd.scheme == "central":
             xp, hp, okp = bumped(k, 1.0)
             xm, hm, okm = bumped(k, -1.0)
-            # Fall back to one side (reusing x itself) where a bump leaves the interval.
+            # Where a bump leaves the interval, a one-sided difference of the same order
+            # on the other side (module docstring), reusing x itself as its middle point.
             xp = jnp.where(okp, xp, x)
             xm = jnp.where(okm, xm, x)
             hp = jnp.where(okp, hp, 0)
             hm = jnp.where(okm, hm, 0)
             fp, ok1 = evaluate(xp)
             fm, ok2 = evaluate(xm)
-            return (fp - fm) / (hp - hm), ok1 & ok2 & (okp | okm)
+            central = (fp - fm) / (hp - hm)
+            side = jnp.where(okp, 1.0, -1.0).astype(dtype)
+            x_far, h_far, ok_far = bumped(k, 2.0 * side)
+            x_far = jnp.where(ok_far, x_far, x)  # never solve out of the interval
+            h_far = jnp.where(ok_far, h_far, 1)
+
+            def one_sided(_):
+                f_far, ok3 = evaluate(x_far)
+                f_near = jnp.where(okp, fp, fm)
+                h_near = jnp.where(okp, hp, hm)
+                # Through (0, f0), (h, f_near), (H, f_far): the derivative at 0 of the
+                # parabola, exact for quadratics whatever the realised bumps h and H.
+                slope = ((f_near - base) * h_far ** 2 - (f_far - base) * h_near ** 2) / (
+                    h_near * h_far * (h_far - h_near))
+                return jnp.where(ok_far & ok3, slope, central), jnp.array(True)
+
+            def two_sided(_):
+                return central, jnp.array(True)
+
+            value, _ = jax.lax.cond(okp & okm, two_sided, one_sided, None)
+            return value, ok1 & ok2 & (okp | okm)
         xp, hp, okp = bumped(k, 1.0)
         xm, hm, _ = bumped(k, -1.0)
         xk, hk = jnp.where(okp, xp, xm), jnp.where(okp, hp, hm)
         fk, ok = evaluate(xk)
-        base = jnp.concatenate([out.ys.reshape(-1), out.integral])
         return (fk - base) / hk, ok
 
+    base = jnp.concatenate([out.ys.reshape(-1), out.integral])
     cols, oks = jax.lax.map(column, jnp.arange(x.shape[0]))
     jac = cols.T  # (outputs, P)
     # Differences with a failed solve are meaningless: the unperturbed solve's failure
@@ -141,8 +178,10 @@ class FiniteDifferences(AbstractSensitivity):
     Arguments:
         step: relative bump, ``h_k = step * max(1, |x_k|)``.  By default ``1e-6`` in
             float64 and, in lower precision, ``eps^(1/3)`` (central) or ``eps^(1/2)``
-            (forward) of the state's dtype: float32 ``4.9e-3`` / ``3.5e-4`` (``1e-6`` was
-            45 % off on Lotka–Volterra in float32, round-off divided by the bump).
+            (forward) of the least precise dtype among ``y0``'s leaves and the
+            differentiated inputs: float32 ``4.9e-3`` / ``3.5e-4`` (``1e-6`` was 45 % off
+            on Lotka–Volterra in float32, round-off divided by the bump; 1e-3 off on a
+            float32 leaf of a mixed float32/float64 ``y0``).
         scheme: ``"central"`` (2 solves per differentiated scalar, error ``O(h^2)``) or
             ``"forward"`` (1 solve each, error ``O(h)``).
         accept_stiff_steps: return the derivative even when the unperturbed solve rode

@@ -200,6 +200,8 @@ def solve(
     _check_concrete_save_times(saveat, t0, t1, y0)
     _check_concrete_tolerances(rtol, atol, y0)
     controller = _check_concrete_step_grid(controller, t0, t1)
+    check.check_steps_not_differentiated(
+        {"rtol": rtol, "atol": atol, "dt0": dt0, "controller": controller})
     max_steps = check.as_python_int("max_steps", max_steps)
     max_events = check.as_python_int("max_events", max_events)
     check.check_python_float_nan("args", args)

@@ -13,7 +13,9 @@ class RESULTS(eqx.Enumeration):
     successful = "successful"
     max_steps_reached = (
         "The solve reached `max_steps` before `t1`. Increase `max_steps` or loosen "
-        "`rtol`/`atol`. With an explicit method, check whether the problem is stiff "
+        "`rtol`/`atol` (with fixed steps, `ConstantStep` or a fixed-step solver: "
+        "increase `max_steps` or the step). With an explicit method, check whether the "
+        "problem is stiff "
         "(explicit Runge–Kutta methods need tiny steps there; use Rodas5 or Kvaerno5). "
         "With an implicit one, many rejected steps (`sol.stats['num_rejected_steps']`) "
         "point to a Newton iteration limit too low or a right-hand side that switches "

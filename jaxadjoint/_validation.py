@@ -436,6 +436,29 @@ def _autodiff_levels(x: Any) -> tuple[bool, int]:
     return forward, levels
 
 
+def check_steps_not_differentiated(named: dict[str, Any]) -> None:
+    """Raise a clear error when a tolerance or a step size or grid (``dt0``, a controller's
+    ``dt`` or ``ts``) is differentiated.  Every sensitivity method takes the steps as
+    constants: the discrete ones differentiate on the recorded grid, so ``d/drtol`` would
+    be 0 (and ``d/ddt`` of a fixed-step solve, which its result does depend on, too), and
+    the reverse-mode ones failed with equinox's "Unexpected tangent".  Checked at trace
+    time, on the inputs (a value traced only by the caller's own `jit` around `solve` is
+    not seen here)."""
+    if _JVPTracer is None:
+        return
+    for name, value in named.items():
+        for path, leaf in jax.tree_util.tree_leaves_with_path(value):
+            forward, reverse = _autodiff_levels(leaf)
+            if forward or reverse:
+                raise TypeError(
+                    f"`{name}{jax.tree_util.keystr(path)}` depends on what is being "
+                    "differentiated, but tolerances and step sizes are constants of "
+                    "jaxadjoint's derivatives (the derivative of the computed solution on "
+                    "the steps it took). Wrap it in `jax.lax.stop_gradient` to differentiate "
+                    "the rest; to differentiate with respect to a step grid, use "
+                    "`jaxadjoint.replay_on_grid`, whose grid may be traced.")
+
+
 def check_reverse_mode_only(sensitivity: str, inputs: Any) -> None:
     """Raise a clear error when a reverse-mode-only sensitivity is differentiated forwards.
 

@@ -289,6 +289,35 @@ def test_finite_differences_default_step_follows_the_dtype():
     assert ja.FiniteDifferences().bump(jnp.float64) == 1e-6
 
 
+def test_finite_differences_bump_follows_the_least_precise_leaf():
+    """A float32 leaf of a mixed float32/float64 ``y0`` reaches the right-hand side rounded
+    to float32: the float64 bump (1e-6) drowned in that rounding, 1.2e-3 off."""
+    def rhs(t, y, k):
+        return (-k[0].astype(y[0].dtype) * y[0], -k[1] * y[1])
+
+    def f(y0, k, method):
+        ys = ja.solve(rhs, y0, 0.0, 1.0, k, rtol=1e-10, atol=1e-10, sensitivity=method).ys
+        return jnp.stack([ys[0][0].astype(jnp.float64), ys[1][0]])
+
+    y0 = (jnp.array(1.0, jnp.float32), jnp.array(1.0))
+    k = jnp.array([0.5, 0.5])
+    with jax.numpy_dtype_promotion("standard"):  # ravel_pytree of mixed dtypes promotes
+        fd = jax.jacrev(f, argnums=1)(y0, k, ja.FiniteDifferences())
+    np.testing.assert_allclose(np.diag(fd), -np.exp(-0.5), rtol=1e-4)
+
+
+def test_finite_differences_one_sided_at_an_end_is_second_order():
+    """``y(t1)`` (no save times) is a save at ``t1``: bumping ``t1`` down would leave it
+    outside, so that side is replaced by ``t1 + 2 h``.  Its first-order fallback was off by
+    ``h f'' / 2`` (1.8e-3 here with ``step=1e-3``; float32's default step is 4.9e-3)."""
+    def f(t1):
+        return ja.solve(growth_rhs, jnp.array(1.0), 0.0, t1, 1.0, rtol=1e-12, atol=1e-12,
+                        sensitivity=ja.FiniteDifferences(step=1e-3)).ys[-1]
+
+    # y = exp(sin t): dy(t1)/dt1 = cos(t1) exp(sin t1).
+    np.testing.assert_allclose(jax.grad(f)(2.0), np.cos(2.0) * np.exp(np.sin(2.0)), rtol=2e-4)
+
+
 def test_forward_sensitivity_in_t1_alone():
     """Only ``t1`` (or a save time) moving leaves no sensitivity column: the augmented
     system failed to build ("Need at least one array to concatenate")."""

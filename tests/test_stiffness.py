@@ -159,6 +159,21 @@ def test_fixed_steps_are_not_flagged():
     assert np.all(np.isfinite(g))
 
 
+def test_fixed_steps_beyond_the_boundary_blow_up_and_say_why():
+    # Twice the boundary on the stiff mode: the solution itself is wrong (not refused, the
+    # steps are the user's), the adjoint blows up, and the message names the stiff steps.
+    lam = -1000.0
+    dt = 2.0 * tab.DOPRI5.real_stability_boundary / abs(lam)
+
+    def loss(y0):
+        return ja.solve(lambda t, y, a: lam * y, y0, 0.0, 60 * dt,
+                        controller=ja.ConstantStep(dt)).ys[-1, 0]
+
+    with pytest.raises(Exception, match=r"adjoint blew up.*\d+ steps of the forward solve "
+                       r"sat at or beyond the explicit method's stability boundary"):
+        jax.block_until_ready(jax.grad(loss)(jnp.array([1.0])))
+
+
 # ---------------------------------------------------------------------------------------------
 # No false flags on the suite's non-stiff problems
 

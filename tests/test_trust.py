@@ -163,3 +163,30 @@ def test_check_gradient_summaries():
     assert "truncation" in _check(1e-1, 1e-5, 1e-4, "truncation").summary
     noisy = dataclasses.replace(_check(1e-13, 1.0, 1.0), roundoff_noise=0.5).summary
     assert noisy.startswith("UNRELIABLE") and "move the gradient by 5e-01" in noisy
+
+
+def test_check_gradient_is_inconclusive_when_its_thresholds_accept_anything():
+    """Chaotic Lorenz over [0, 40] at rtol 1e-8: the loss moved by 0.25 between the
+    tolerances, so truncation allowed 25, and gradients of opposite signs passed as OK."""
+    from jaxadjoint._check_gradient import _classify
+
+    assert _classify(1.0, 1e-12, 25.0) == "inconclusive"
+    assert _classify(1e-13, 1e-12, 25.0) == "round-off"
+    assert _classify(3.0, 1e-12, 2.5) == "WRONG"
+    assert _classify(1e-3, 1e-12, 0.4) == "truncation"
+
+    def check(tighter_verdict, fd_verdict, loss_change=0.25, fd_error=0.0):
+        rows = (ja.GradientComparison("x", np.zeros(1), 1e-15, "round-off", 1e-12, "round-off"),
+                ja.GradientComparison("x", np.zeros(1), 1.0, "truncation", 25.0,
+                                      tighter_verdict),
+                ja.GradientComparison("x", np.zeros(1), 1.0, "truncation", 25.0, fd_verdict))
+        return ja.GradientCheck(jnp.zeros(1), "M", 1e-8, 1e-8, 1e-12, 1e-6, rows,
+                                loss_change=loss_change, fd_error=fd_error)
+
+    chaotic = check("inconclusive", "inconclusive")
+    assert not chaotic.ok
+    assert chaotic.summary.startswith("INCONCLUSIVE: the loss itself changes by 2.5e-01")
+    # Central differences alone too wide (a strongly curved loss): not held against it.
+    curved = check("truncation", "inconclusive", loss_change=1e-8, fd_error=3.0)
+    assert curved.ok and curved.summary.startswith("OK")
+    assert any("central differences decide nothing" in note for note in curved.notes)

@@ -188,6 +188,36 @@ def test_checkpoint_class_instead_of_instance_is_named():
 
 
 @pytest.mark.parametrize(
+    "build, name",
+    [
+        (lambda x: dict(controller=ja.StepTo(jnp.array([0.0, 0.3, x, 1.0])), solver=ja.RK4()),
+         "controller.ts"),
+        (lambda x: dict(controller=ja.ConstantStep(x), solver=ja.RK4()), "controller.dt"),
+        (lambda x: dict(dt0=x, solver=ja.RK4()), "dt0"),
+        (lambda x: dict(dt0=x), "dt0"),
+        (lambda x: dict(rtol=x * 1e-6), "rtol"),
+        (lambda x: dict(atol={"a": 1e-6, "b": x * 1e-6}, y0={"a": 1.0, "b": 2.0},
+                        rhs=lambda t, y, k: jax.tree.map(lambda u: -k * u, y)),
+         "atol['b']"),
+    ],
+    ids=["step-to", "constant-step", "fixed-dt0", "adaptive-dt0", "rtol", "atol-leaf"],
+)
+@pytest.mark.parametrize("mode", ["grad", "jvp"])
+def test_differentiated_steps_are_refused_clearly(build, name, mode):
+    """Tolerances and step sizes are constants of every derivative: the reverse-mode
+    methods failed with equinox's "Unexpected tangent", the forward ones returned 0."""
+    def f(x):
+        return jax.tree.leaves(solve(**build(x)).ys)[-1][-1]
+
+    with pytest.raises(TypeError, match=re.escape(f"`{name}` depends on what is being "
+                                                  "differentiated") + ".*stop_gradient"):
+        if mode == "grad":
+            jax.grad(f)(0.25)
+        else:
+            jax.jvp(f, (0.25,), (1.0,))
+
+
+@pytest.mark.parametrize(
     "kwargs, match",
     [
         (dict(rtol=jnp.array([1e-6, 1e-8])), r"`rtol` must be a scalar, got shape \(2,\).*"
