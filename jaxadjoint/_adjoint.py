@@ -142,8 +142,7 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
     lam, pbar, health = checkpoint.reverse(
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
-    lam, pbar = raise_if_blown_up(health, lam, pbar, direction, given_finite,
-                                  stats["num_stiff_steps"])
+    lam, pbar = raise_if_blown_up(health, lam, pbar, direction, given_finite)
 
     def integrand_dot(t, y):
         if not system.has_integrand:
