@@ -2,7 +2,8 @@
 
 For every differentiated scalar input ``x_k`` (entries of ``y0``, of the parameters, and
 the times) the whole adaptive solve is repeated with ``x_k`` bumped by
-``h_k = step * max(1, |x_k|)``:
+``h_k = step * max(1, |x_k|)``, or ``step * max(1, |t1 - t0|)`` for a time
+(`_bump_scales`):
 
     central:  dF/dx_k ~ (F(x + h_k e_k) - F(x - h_k e_k)) / (2 h_k)     2P solves
     forward:  dF/dx_k ~ (F(x + h_k e_k) - F(x)) / h_k                     P solves
@@ -67,6 +68,20 @@ def _solve_sorted(system: System, problem: Problem) -> tuple[Array, Array, Array
     return fwd.ys[jnp.argsort(order)], fwd.integral, fwd.result
 
 
+def _bump_scales(problem: Problem) -> Problem:
+    """What each input's bump is relative to: ``max(1, |x|)`` for states and parameters,
+    ``max(1, |t1 - t0|)`` for the times.  A time's own size says nothing of the solution's
+    time scale: ``max(1, |t|)`` on [100, 103] in float32 bumped ``t1`` by 0.5, and
+    ``dy(t1)/dt1`` came out with the wrong sign.  The interval alone is no time scale
+    either: on [0, 1e-7] a bump of 1e-13 moves ``y`` by round-off (1.6e-3 off), where the
+    floor of 1 keeps such an interval an error (no bump fits)."""
+    span = jnp.maximum(1.0, jnp.abs(problem.t1 - problem.t0))
+    return Problem(
+        y0=jnp.maximum(1.0, jnp.abs(problem.y0)),
+        params=jax.tree.map(lambda p: jnp.maximum(1.0, jnp.abs(p)), problem.params),
+        t0=span, t1=span, ts=jnp.full_like(problem.ts, span))
+
+
 def _coarsest_dtype(system: System, problem: Problem, on: Any) -> Any:
     """The floating dtype of least precision among the state's leaves as the user gave
     them and the differentiated inputs: the solve runs in the widest, but the right-hand
@@ -103,9 +118,10 @@ def _solve_jvp(primals, tangents):
         return jnp.concatenate([ys.reshape(-1), integral]), ok
 
     relative_step = fd.bump(_coarsest_dtype(system, problem, on))
+    scales = ravel(mask_params(_bump_scales(problem), problem_dot)[0], dtype)[0]
 
     def bumped(k: Array, sign: float) -> tuple[Array, Array, Array]:
-        h = relative_step * jnp.maximum(1.0, jnp.abs(x[k]))
+        h = relative_step * scales[k]
         xk = x.at[k].add(sign * h)
         return xk, xk[k] - x[k], _valid(combine(unravel(xk), off), problem)
 
@@ -176,12 +192,13 @@ class FiniteDifferences(AbstractSensitivity):
     """Derivatives by re-solving with perturbed inputs (central or forward differences).
 
     Arguments:
-        step: relative bump, ``h_k = step * max(1, |x_k|)``.  By default ``1e-6`` in
-            float64 and, in lower precision, ``eps^(1/3)`` (central) or ``eps^(1/2)``
-            (forward) of the least precise dtype among ``y0``'s leaves and the
-            differentiated inputs: float32 ``4.9e-3`` / ``3.5e-4`` (``1e-6`` was 45 % off
-            on Lotka–Volterra in float32, round-off divided by the bump; 1e-3 off on a
-            float32 leaf of a mixed float32/float64 ``y0``).
+        step: relative bump, ``h_k = step * max(1, |x_k|)`` (times: ``step * max(1,
+            |t1 - t0|)``).  By default ``1e-6`` in float64 and, in lower precision,
+            ``eps^(1/3)`` (central) or ``eps^(1/2)`` (forward) of the least precise dtype
+            among ``y0``'s leaves and the differentiated inputs: float32 ``4.9e-3`` /
+            ``3.5e-4`` (``1e-6`` was 45 % off on Lotka–Volterra in float32, round-off
+            divided by the bump; 1e-3 off on a float32 leaf of a mixed float32/float64
+            ``y0``).
         scheme: ``"central"`` (2 solves per differentiated scalar, error ``O(h^2)``) or
             ``"forward"`` (1 solve each, error ``O(h)``).
         accept_stiff_steps: return the derivative even when the unperturbed solve rode

@@ -7,7 +7,9 @@ appended to ``y``, by the same method: that is the Rosenbrock (or ESDIRK) quadra
 ``R`` with the exact Jacobian of the augmented system ``[[J, 0], [R_y, 0]]``.  Its diagonal
 block for ``q`` is zero, so the linear solves need only the user's ``N x N`` LU
 (`_block_solve`); and the local error test looks at ``y`` alone (`_StateErrorOnly`), so
-the steps are those of the solve without an integrand, as with explicit methods.  Every
+a Rosenbrock solve takes the steps of the solve without an integrand (to round-off), as
+with explicit methods.  Kvaerno5's Newton test sees ``q`` too, so its steps can differ
+more (1.1 % in a user's test).  Every
 sensitivity method then differentiates ``q`` as part of the state.
 
 ``sol.integral`` is ``q(t1)`` (a save at ``t1`` appended to the user's save times and

@@ -142,6 +142,12 @@ def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
         if not fits:
             raise ValueError(f"`atol{where}` has shape {np.shape(a)}, which does not "
                              f"broadcast to the shape {np.shape(y)} of `y0{where}`")
+        if where and is_concrete(a) and not np.all(np.isfinite(a) & (a >= 0)):
+            # In a pytree, name the leaf and the index within it (the flat index of
+            # `check_tolerances` would not say which leaf).
+            index = tuple(int(i) for i in np.argwhere(~(np.isfinite(a) & (a >= 0)))[0])
+            raise ValueError(f"`atol{where}` must be finite and non-negative; got "
+                             f"{float(a[index])}" + (f" at index {index}" if index else ""))
         xp = np if is_concrete(a) else jnp
         parts.append(xp.broadcast_to(a, np.shape(y)).ravel())
     xp = _np_or_jnp(*parts)
@@ -383,7 +389,9 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
         state = jnp.result_type(y)
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits > jnp.finfo(state).bits:
-            solved = jnp.result_type(*jax.tree.leaves(y0))
+            # As `ravel_pytree` flattens the state: from the leaves' dtypes, so that a
+            # weakly typed float64 leaf (`jnp.full(n, 1.0)`) still makes a float64 solve.
+            solved = jnp.result_type(*(jnp.asarray(leaf).dtype for leaf in jax.tree.leaves(y0)))
             runs = (f"the solve runs in {state}, the precision of `y0`, and its results are "
                     f"{state}-accurate" if solved == state else
                     f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but returns "

@@ -318,6 +318,26 @@ def test_finite_differences_one_sided_at_an_end_is_second_order():
     np.testing.assert_allclose(jax.grad(f)(2.0), np.cos(2.0) * np.exp(np.sin(2.0)), rtol=2e-4)
 
 
+def test_finite_differences_bump_times_by_the_interval():
+    """Times far from 0: their bump was ``step * |t|``, 1.0 on [1e6, 1e6 + 3] in float64,
+    and ``dy(t1)/dt1`` came out as +0.658 for -0.0498.  Now ``step * max(1, |t1 - t0|)``."""
+    t0 = 1e6
+
+    def decay(t, y, a):
+        return -(1.0 + a) * y
+
+    def g(t0, t1, ts):
+        return ja.solve(decay, jnp.array(1.0), t0, t1, 0.0, saveat=ts, rtol=1e-10,
+                        atol=1e-10, sensitivity=ja.FiniteDifferences()).ys
+
+    ts = jnp.array([t0 + 1.5, t0 + 3.0])
+    d_t0, d_t1, d_ts = jax.jacfwd(g, argnums=(0, 1, 2))(t0, t0 + 3.0, ts)
+    exact = np.exp(-np.array([1.5, 3.0]))
+    np.testing.assert_allclose(d_t0, exact, rtol=1e-5)
+    np.testing.assert_allclose(d_t1, [0.0, 0.0], atol=1e-6)  # the saves' times are fixed
+    np.testing.assert_allclose(np.diag(d_ts), -exact, rtol=1e-5)
+
+
 def test_forward_sensitivity_in_t1_alone():
     """Only ``t1`` (or a save time) moving leaves no sensitivity column: the augmented
     system failed to build ("Need at least one array to concatenate")."""

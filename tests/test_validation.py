@@ -235,9 +235,13 @@ def test_differentiated_steps_are_refused_clearly(build, name, mode):
          r"flattened state\)"),
         (dict(rtol=0.0, atol=[1e-6, 0.0]), r"not both zero; got rtol=0.0, atol\[1\]=0.0"),
         (dict(atol=[1e-6, 1e-6j]), "`atol` must be real"),
+        (dict(y0={"a": Y0, "b": 1.0}, atol={"a": np.array([1e-6, np.nan]), "b": 1e-6},
+              rhs=lambda t, y, k: jax.tree.map(lambda u: -k * u, y)),
+         r"`atol\['a'\]` must be finite and non-negative; got nan at index \(1,\)"),
     ],
     ids=["vector-rtol", "atol-shape", "atol-tree-for-array", "array-atol-for-tree",
-         "atol-leaf-shape", "negative-component", "zero-component", "complex-component"],
+         "atol-leaf-shape", "negative-component", "zero-component", "complex-component",
+         "nan-in-a-leaf"],
 )
 def test_per_component_tolerances_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -706,3 +710,10 @@ def test_precision_surprises_warn():
         sol = ja.solve(lambda t, y, k: jax.tree.map(lambda x: -k * x, y), mixed, 0.0, 1.0,
                        jnp.asarray(0.5, jnp.float64))
     assert sol.ys["u"].dtype == jnp.float32 and sol.ys["v"].dtype == jnp.float64
+    # A weakly typed float64 leaf (`jnp.full`) makes a float64 solve too: the warning said
+    # "runs in float32" (a user-acceptance find).
+    weak = {"u": y0, "v": jnp.full((1,), 1.0)}
+    with jax.numpy_dtype_promotion("standard"), pytest.warns(
+            UserWarning, match=r"runs in float64 \(the widest dtype of `y0`'s leaves\)"):
+        ja.solve(lambda t, y, k: jax.tree.map(lambda x: -k * x, y), weak, 0.0, 1.0,
+                 jnp.asarray(0.5, jnp.float64))
