@@ -244,7 +244,7 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
         return
     if not (ts.ndim == 1 and ts.shape[0] and _real_numbers(ts, t0_, t1_)):
         return  # `_solve` names the shape or dtype
-    dtype = jnp.result_type(*leaves)
+    dtype = check.solve_dtype(leaves)
     check.check_save_times(check.as_real_array("saveat", ts, dtype),
                            check.as_real_array("t0", t0_, dtype),
                            check.as_real_array("t1", t1_, dtype), ts.dtype)
@@ -264,7 +264,7 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
         return  # `_solve` names the problem with `y0`
     if not all(eqx.is_array_like(x) and check.is_concrete(x) for x in tolerances):
         return
-    dtype = jnp.result_type(*leaves)
+    dtype = check.solve_dtype(leaves)
     as_numpy = jax.tree.map(np.asarray, (rtol, atol))
     rtol_ = check.as_real_array("rtol", as_numpy[0], dtype)
     if np.ndim(rtol_) != 0:

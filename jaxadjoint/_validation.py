@@ -154,6 +154,13 @@ def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
     return xp.concatenate(parts)
 
 
+def solve_dtype(leaves: list[Any]) -> Any:
+    """The dtype a solve of ``y0``'s ``leaves`` runs in, as `ravel_pytree` flattens them:
+    from the leaves' dtypes, so a weakly typed float64 leaf (``jnp.full(n, 1.0)``) counts
+    as float64 beside a float32 one."""
+    return jnp.result_type(*(jnp.asarray(leaf).dtype for leaf in leaves))
+
+
 def check_scalar(name: str, x: Array, hint: str = "") -> None:
     """``x`` must be a scalar; ``hint`` ends the message."""
     if jnp.ndim(x) != 0:
@@ -389,9 +396,7 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             raise ValueError(f"`{name}` must return floating arrays, got dtype {o.dtype}")
         state = jnp.result_type(y)
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits > jnp.finfo(state).bits:
-            # As `ravel_pytree` flattens the state: from the leaves' dtypes, so that a
-            # weakly typed float64 leaf (`jnp.full(n, 1.0)`) still makes a float64 solve.
-            solved = jnp.result_type(*(jnp.asarray(leaf).dtype for leaf in jax.tree.leaves(y0)))
+            solved = solve_dtype(jax.tree.leaves(y0))
             runs = (f"the solve runs in {state}, the precision of `y0`, and its results are "
                     f"{state}-accurate" if solved == state else
                     f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but returns "
