@@ -43,6 +43,9 @@ from ._forward_sensitivity import SensitivityTrajectory
 
 # Above this collinearity index a subset is reported as poorly identifiable (Brun et al.).
 COLLINEARITY_THRESHOLD = 15.0
+# The printed report ranks the parameters for this many states at most (a discretised PDE
+# has thousands); `Identifiability.state_influence` holds every row.
+MAX_STATES_PRINTED = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +105,14 @@ class Identifiability:
             lines.append(f"    {self.names[i]:<12} {self.influence[i]:.3e}")
         if self.state_influence is not None:
             lines.append("  ranking per state:")
-            for j, row in enumerate(self.state_influence):
+            for j, row in enumerate(self.state_influence[:MAX_STATES_PRINTED]):
                 order = np.argsort(-row, kind="stable")
                 ranked = " > ".join(f"{self.names[i]} ({row[i]:.2e})" for i in order)
                 lines.append(f"    y[{j}]: {ranked}")
+            hidden = len(self.state_influence) - MAX_STATES_PRINTED
+            if hidden > 0:
+                lines.append(f"    ... and {hidden} more states (`.state_influence` holds "
+                             "every row)")
         lines.append(
             f"  most collinear subsets (index > {COLLINEARITY_THRESHOLD:g}: poorly identifiable):"
         )
@@ -119,9 +126,15 @@ class Identifiability:
 
 
 def _collinearity_index(columns: np.ndarray) -> float:
+    """``1 / sqrt(lambda_min)`` of the unit columns' Gram matrix; ``inf`` where
+    ``lambda_min`` is within round-off of zero (``k eps lambda_max``).  Below that it is
+    noise, and a subset came out singular (inf) while its superset, whose smallest
+    eigenvalue can only be smaller, came out at 1.9e8 (a user-acceptance find)."""
     gram = columns.T @ columns
-    lam_min = float(np.linalg.eigvalsh(gram)[0])
-    return float("inf") if lam_min <= 0 else 1.0 / np.sqrt(lam_min)
+    eigenvalues = np.linalg.eigvalsh(gram)
+    floor = gram.shape[0] * float(np.finfo(gram.dtype).eps) * float(eigenvalues[-1])
+    lam_min = float(eigenvalues[0])
+    return float("inf") if lam_min <= floor else 1.0 / np.sqrt(lam_min)
 
 
 def identifiability(

@@ -126,6 +126,21 @@ def test_identifiability_robertson_matches_reference():
     assert "identifiable" in str(report)
 
 
+def test_identifiability_on_many_states_is_consistent_and_short():
+    """A PDE's thousands of states printed a line each; and a subset came out singular (inf)
+    above its superset (1.9e8), which cannot be: round-off decided both."""
+    rng = np.random.default_rng(0)
+    a, b, c = rng.normal(size=(3, 400))
+    S = np.stack([a, a * (1 + 1e-15), b, c], axis=-1).reshape(4, 100, 4)
+    report = ja.identifiability(S, params=np.ones(4), ys=np.ones((4, 100)),
+                                names=["D1", "D2", "k", "s"])
+    assert report.collinearity_of(["D1", "D2"]) == np.inf
+    assert report.collinearity_of(["D1", "D2", "k"]) == np.inf
+    assert report.collinearity_of(["D1", "D2", "k", "s"]) == np.inf
+    text = str(report)
+    assert text.count("    y[") == 20 and "... and 80 more states" in text
+
+
 def test_identifiability_input_errors():
     S = np.ones((4, 2, 3))
     with pytest.raises(ValueError, match="needs `params`"):
