@@ -22,6 +22,12 @@ difference is put in the class it should fall in:
    chosen from that tolerance: truncation of the solve plus the error of the difference
    quotient.
 
+A difference above round-off that passes only a threshold of `MEANINGFUL_THRESHOLD` (0.5) or
+more is **inconclusive**: relative differences are at most 2, so such a threshold accepts any
+gradient (chaotic Lorenz over [0, 40]: the loss moved by 25 % between the tolerances, and
+gradients of opposite signs passed as OK).  The check is then not ``ok``, unless only the
+central differences are that wide (a strongly curved loss): a note says so.
+
 A difference above its class is flagged **wrong**: the gradient is not the derivative of the
 ODE solution that the loss means (typically a stiff problem whose explicit steps ride the
 stability boundary: the exact derivative of those steps can be astronomically large), or
