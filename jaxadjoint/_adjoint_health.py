@@ -129,8 +129,12 @@ def raise_if_blown_up(
     finite = all_finite(lam, pbar)
 
     def message(step: np.ndarray, time: np.ndarray) -> str:
+        where = (
+            f"while reversing accepted step {int(step)} (which starts at t = {float(time):.6g})"
+            if step >= 0 else "in the parameter cotangents (the state adjoint stayed finite)"
+        )
         return (
-            f"The adjoint blew up {_where(step, time)}: dL/dy grew by more than "
+            f"The adjoint blew up {where}: dL/dy grew by more than "
             f"{BLOW_UP:.0e} beyond {ALLOWANCE:g}x per step, or became NaN/Inf, so the "
             "gradient is not returned. No accepted step of an error-controlled solve "
             "explains such growth. If sol.stats['num_stiff_steps'] is above 0, steps at or "
@@ -148,8 +152,3 @@ def raise_if_blown_up(
     if given_finite is not None:
         failed = failed & given_finite
     return raise_if((lam, pbar), failed, message, health.step, direction * health.time)
-
-
-def _where(step: np.ndarray, time: np.ndarray) -> str:
-    return (f"while reversing accepted step {int(step)} (which starts at t = {float(time):.6g})"
-            if step >= 0 else "in the parameter cotangents (the state adjoint stayed finite)")

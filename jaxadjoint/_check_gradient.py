@@ -394,17 +394,22 @@ def check_gradient(
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
     return GradientCheck(
         gradient=unravel(jnp.asarray(g)), method=type(method).__name__, rtol=float(rtol),
-        atol=float(atol) if np.ndim(atol) == 0 and not isinstance(atol, (dict, list, tuple))
-        else atol, roundoff=roundoff, truncation=truncation_floor,
+        atol=float(atol) if _is_scalar(atol) else atol, roundoff=roundoff,
+        truncation=truncation_floor,
         comparisons=tuple(rows), roundoff_noise=noise, loss_change=loss_change, fd_error=fd_error,
     )
 
 
+def _is_scalar(atol: Any) -> bool:
+    """Whether ``atol`` is one number (not an array or pytree of them)."""
+    return jax.tree_util.treedef_is_leaf(jax.tree.structure(atol)) and np.ndim(atol) == 0
+
+
 def _describe(atol: Any) -> str:
     """``atol=1.0e-06``, or the range of a per-component one."""
+    if _is_scalar(atol):
+        return f"atol={float(atol):.1e}"
     leaves = [np.asarray(a) for a in jax.tree.leaves(atol)]
-    if len(leaves) == 1 and leaves[0].ndim == 0:
-        return f"atol={float(leaves[0]):.1e}"
     low = min(float(a.min()) for a in leaves)
     high = max(float(a.max()) for a in leaves)
     return f"atol per component in [{low:.1e}, {high:.1e}]"

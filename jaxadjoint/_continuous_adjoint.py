@@ -277,7 +277,8 @@ def _backward(
         )
     tol = system.tol
     solver = system.solver
-    if jnp.ndim(tol.atol) and sens.atol is None:
+    per_component = jnp.ndim(system.tol.atol) > 0
+    if per_component and sens.atol is None:
         raise ValueError(
             "`ContinuousAdjoint` with a per-component `atol`: the backward solve's state "
             "(the adjoint and the parameter integral) has other components, so it needs a "
@@ -287,7 +288,7 @@ def _backward(
             tol.rtol if sens.rtol is None else jnp.asarray(sens.rtol, dtype),
             tol.atol if sens.atol is None else jnp.asarray(sens.atol, dtype),
         )
-    if jnp.ndim(system.tol.atol):
+    if per_component:
         # The Newton test of implicit solvers takes the backward solve's tolerances too.
         solver = solver.with_tolerances(tol.rtol, tol.atol)
     controller = system.controller

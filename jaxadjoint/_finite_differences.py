@@ -151,12 +151,12 @@ def _solve_jvp(primals, tangents):
                 # parabola, exact for quadratics whatever the realised bumps h and H.
                 slope = ((f_near - base) * h_far ** 2 - (f_far - base) * h_near ** 2) / (
                     h_near * h_far * (h_far - h_near))
-                return jnp.where(ok_far & ok3, slope, central), jnp.array(True)
+                return jnp.where(ok_far & ok3, slope, central)
 
             def two_sided(_):
-                return central, jnp.array(True)
+                return central
 
-            value, _ = jax.lax.cond(okp & okm, two_sided, one_sided, None)
+            value = jax.lax.cond(okp & okm, two_sided, one_sided, None)
             return value, ok1 & ok2 & (okp | okm)
         xp, hp, okp = bumped(k, 1.0)
         xm, hm, _ = bumped(k, -1.0)

@@ -233,10 +233,8 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
         return
     if not all(eqx.is_array_like(x) for x in times):
         return  # not numbers: the checks inside `_solve` name the argument
-    leaves = jax.tree.leaves(y0)
-    if not leaves or not all(eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x),
-                                                                      jnp.floating)
-                             for x in leaves):
+    leaves = _floating_leaves(y0)
+    if leaves is None:
         return  # `_solve` names the problem with `y0`
     try:
         ts, t0_, t1_ = (np.asarray(x) for x in times)
@@ -257,10 +255,8 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
     tolerances = jax.tree.leaves((rtol, atol))
     if all(isinstance(x, (int, float)) for x in tolerances):
         return
-    leaves = jax.tree.leaves(y0)
-    if not leaves or not all(eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x),
-                                                                      jnp.floating)
-                             for x in leaves):
+    leaves = _floating_leaves(y0)
+    if leaves is None:
         return  # `_solve` names the problem with `y0`
     if not all(eqx.is_array_like(x) and check.is_concrete(x) for x in tolerances):
         return
@@ -274,6 +270,16 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
             # A Python number is a constant of the jitted solve, which warns about it.
             warnings.simplefilter("ignore")
         check.check_tolerances(rtol_, check.per_component_atol(as_numpy[1], y0, dtype))
+
+
+def _floating_leaves(y0: Any) -> list[Any] | None:
+    """``y0``'s leaves when they are all floating arrays (the pre-`jit` checks need the
+    solve's dtype from them), else ``None``."""
+    leaves = jax.tree.leaves(y0)
+    if leaves and all(eqx.is_array_like(x) and jnp.issubdtype(jnp.result_type(x), jnp.floating)
+                      for x in leaves):
+        return leaves
+    return None
 
 
 def _real_numbers(*arrays: np.ndarray) -> bool:

@@ -142,10 +142,11 @@ def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
         if not fits:
             raise ValueError(f"`atol{where}` has shape {np.shape(a)}, which does not "
                              f"broadcast to the shape {np.shape(y)} of `y0{where}`")
-        if where and is_concrete(a) and not np.all(np.isfinite(a) & (a >= 0)):
-            # In a pytree, name the leaf and the index within it (the flat index of
-            # `check_tolerances` would not say which leaf).
-            index = tuple(int(i) for i in np.argwhere(~(np.isfinite(a) & (a >= 0)))[0])
+        # In a pytree, name the leaf and the index within it (the flat index of
+        # `check_tolerances` would not say which leaf).
+        bad = ~(np.isfinite(a) & (a >= 0)) if where and is_concrete(a) else None
+        if bad is not None and np.any(bad):
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"`atol{where}` must be finite and non-negative; got "
                              f"{float(a[index])}" + (f" at index {index}" if index else ""))
         xp = np if is_concrete(a) else jnp
