@@ -13,9 +13,9 @@ needed; it runs once per buffer per call of the compiled program (microseconds).
 
 The handler reads XLA's FFI call frame by hand, a layout that is no Python-level API and
 that a future jaxlib could change (crashing the process, not failing).  So it is used only
-on the jaxlib releases it was tested on (`TESTED_JAXLIB`: 0.10.0 to 0.10.2).  On any other
-release, or if registration fails, or with ``JAXADJOINT_UNINITIALISED=zeros``, a warning
-says why and the buffers are zero-filled (`jax.lax.empty`, a zero broadcast on CPU);
+on the jaxlib releases it was tested on (`TESTED_JAXLIB`: 0.10.0 to 0.10.2, and 0.11.2).
+On any other release, or if registration fails, or with ``JAXADJOINT_UNINITIALISED=zeros``,
+a warning says why and the buffers are zero-filled (`jax.lax.empty`, a zero broadcast on CPU);
 ``JAXADJOINT_UNINITIALISED=ffi`` uses the handler on any release.  Results are the same
 (only written slots are read); the cost is a pass over every buffer on every call, which
 matters only for large states with a large ``max_steps`` (figures: benchmarks/README.md,
@@ -62,11 +62,11 @@ from jax import Array
 from ._allocator import hint_if_large
 
 _TARGET = "jaxadjoint_uninitialised"
-# The jaxlib releases the handler was run and checked on, an inclusive range: all of
-# tests/test_uninitialised.py and tests/test_cost_follows_steps.py pass.  To widen it, run
-# them on the new jaxlib with ``JAXADJOINT_UNINITIALISED=ffi``, and widen the bound on jax and
-# jaxlib in pyproject.toml's test extras with it.
-TESTED_JAXLIB = ((0, 10, 0), (0, 10, 2))
+# The jaxlib releases the handler was run and checked on, as inclusive ranges: all of
+# tests/test_uninitialised.py and tests/test_cost_follows_steps.py pass (0.11.2: checked
+# 2026-11-28 on a device machine's CPU backend, with the rest of the suite).  To add a
+# release, run them there with ``JAXADJOINT_UNINITIALISED=ffi``.
+TESTED_JAXLIB = (((0, 10, 0), (0, 10, 2)), ((0, 11, 2), (0, 11, 2)))
 ENVIRONMENT_VARIABLE = "JAXADJOINT_UNINITIALISED"
 # Buffers smaller than this are zero-filled, not allocated through the handler: see
 # "Small buffers" in the module docstring.
@@ -127,12 +127,18 @@ def handler_choice(jaxlib_version: str, forced: str | None) -> str | None:
     if forced == "ffi":
         return None
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", jaxlib_version)
-    low, high = TESTED_JAXLIB
-    if match is None or not low <= tuple(map(int, match.groups())) <= high:
-        tested = "–".join(".".join(map(str, v)) for v in TESTED_JAXLIB)
+    version = None if match is None else tuple(map(int, match.groups()))
+    if version is None or not any(low <= version <= high for low, high in TESTED_JAXLIB):
+        tested = ", ".join(tested_releases())
         return (f"jaxlib {jaxlib_version} is not one of the releases its handler was tested "
                 f"on, {tested}; set {ENVIRONMENT_VARIABLE}=ffi to use it anyway")
     return None
+
+
+def tested_releases() -> list[str]:
+    """`TESTED_JAXLIB` as text, one entry per range (``0.10.0–0.10.2``, ``0.11.2``)."""
+    dotted = [tuple(".".join(map(str, v)) for v in bounds) for bounds in TESTED_JAXLIB]
+    return [low if low == high else f"{low}–{high}" for low, high in dotted]
 
 
 def _normalised(forced: str | None) -> str:

@@ -102,7 +102,7 @@ def _trace_gradient_of_a_large_solve():
 def test_a_large_record_suggests_the_setting_once(monkeypatch, retained):
     """`hint_if_large`: a record of 32 MiB or more on CPU with glibc warns once per process,
     naming `retain_freed_memory`; not after the setting was made."""
-    if not (GLIBC and _uninitialised.host_allocation_available()):
+    if not (GLIBC and helpers.ON_CPU and _uninitialised.host_allocation_available()):
         pytest.skip("the hint is for glibc and the CPU allocation handler")
     monkeypatch.setattr(_allocator, "_state", {"retained": retained, "hinted": False})
     monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import time
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,6 +88,7 @@ def test_handler_is_registered():
     assert 8 * (MAX_STEPS + 1) >= _uninitialised.SMALL_BUFFER_BYTES
 
 
+@helpers.requires_cpu
 def test_small_buffers_are_zero_filled():
     """Below `SMALL_BUFFER_BYTES` a buffer is a zero fill (a few microseconds), not a call
     of the Python handler, which would wait for the caller's GIL; at and above it, the
@@ -104,6 +106,7 @@ def test_small_buffers_are_zero_filled():
     [("StoreStates", False), ("StoreStates", True), ("StoreStages", True),
      ("ContinuousAdjoint", False)],
 )
+@helpers.requires_cpu
 def test_no_buffer_is_filled(name, batched):
     grad = jax.grad(_loss(STRATEGIES[name]), argnums=(0, 1))
     y0 = Y0
