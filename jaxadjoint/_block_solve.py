@@ -38,6 +38,7 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from .solvers._base import AbstractSolver, AbstractStiffFamily
@@ -163,6 +164,25 @@ class BlockTriangularSolver(AbstractLinearSolver):
 
             jacs.append(jax.jacfwd(block_field)(y[part]))
         return tuple(jacs)
+
+    def newton_tested(self, size: int) -> tuple[tuple[int, int], ...] | None:
+        """All but the quadratures that nothing else reads: the ``"zero"`` blocks last in
+        the order of substitution (`_stiff_quadrature`'s integral, the continuous adjoint's
+        parameter cotangent).  No block depends on them, so once the rest has converged
+        their next iterate is exact (their diagonal block is zero): testing them too only
+        made Kvaerno5 iterate longer, or reject a step, where the state had converged."""
+        untested = []
+        for block in reversed(self.blocks):
+            if block.diagonal != "zero":
+                break
+            untested.append(block.slice)
+        if not untested:
+            return None
+        mask = np.ones(size, bool)
+        for part in untested:
+            mask[part] = False
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]])))
+        return tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]))
 
     def factor_jacobian(self, jac: tuple[Array | None, ...], f: FlatField, t: Array,
                         y: Array, gamma_h: Array) -> BlockFactorisation:

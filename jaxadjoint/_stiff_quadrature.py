@@ -8,9 +8,9 @@ appended to ``y``, by the same method: that is the Rosenbrock (or ESDIRK) quadra
 block for ``q`` is zero, so the linear solves need only the user's ``N x N`` LU
 (`_block_solve`); and the local error test looks at ``y`` alone (`_StateErrorOnly`), so
 a Rosenbrock solve takes the steps of the solve without an integrand (to round-off), as
-with explicit methods.  Kvaerno5's Newton test sees ``q`` too, so its steps can differ
-more (1.1 % in a user's test).  Every
-sensitivity method then differentiates ``q`` as part of the state.
+with explicit methods.  So does Kvaerno5: its Newton test leaves ``q`` out too
+(`BlockTriangularSolver.newton_tested`).  Every sensitivity method then differentiates
+``q`` as part of the state.
 
 ``sol.integral`` is ``q(t1)`` (a save at ``t1`` appended to the user's save times and
 removed again).  Not with events or ``SaveAt(dense=True)`` (their conditions and the
@@ -100,8 +100,8 @@ def solve_with_quadrature_state(
                                   Block(start=n, size=num_q, diagonal="zero")])
     atol = kwargs.get("atol")
     if atol is not None and not (eqx.is_array_like(atol) and jnp.ndim(atol) == 0):
-        # Per-component: the integral's components (not error-tested, but in the Newton
-        # test of implicit solvers) take the state's smallest tolerance.
+        # Per-component: the integral's components, which neither the error test nor the
+        # Newton test reads, take the state's smallest tolerance (to fill the structure).
         flat = jnp.asarray(check.per_component_atol(atol, y0, dtype))
         q_atol = jax.tree.map(lambda q: jnp.full(q.shape, jnp.min(flat), dtype), q0)
         kwargs["atol"] = (ravel_pytree(y0)[1](flat), q_atol)

@@ -122,6 +122,7 @@ def _step_and_factorisation(
     scale = atol + rtol * jnp.abs(y)
     eps = jnp.finfo(dtype).eps
     kappa = jnp.maximum(jnp.asarray(solver.kappa, dtype), 10 * eps / rtol)
+    tested = solver.linear_solver.newton_tested(y.shape[0])
     ks, stages = [k1], [y]
     converged = jnp.array(True)
     evaluations = jnp.int32(0)
@@ -134,7 +135,8 @@ def _step_and_factorisation(
         guess, newton = jax.lax.stop_gradient(
             (_guess(tableau.predictor[i, :i], ks), dict(lu=lu, scale=scale, kappa=kappa)))
         k, ok, iterations = implicit_slope(fn, base, hg, guess=guess, **newton,
-                                           max_iterations=solver.max_newton_iterations)
+                                           max_iterations=solver.max_newton_iterations,
+                                           tested=tested)
         ks.append(k)
         stages.append(base + hg * k)
         converged = converged & ok

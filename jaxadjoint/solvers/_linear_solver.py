@@ -84,6 +84,12 @@ class AbstractLinearSolver(eqx.Module):
         """The factorisation of ``I - gamma_h df/dy(t, y)``."""
         return self.factor_jacobian(self.jacobian(f, t, y), f, t, y, gamma_h)
 
+    def newton_tested(self, size: int) -> tuple[tuple[int, int], ...] | None:
+        """The ranges ``(start, stop)`` of the state that a Newton iteration's convergence
+        test measures, or None for all of it (`_newton.newton_stage`)."""
+        del size
+        return None
+
 
 class DenseLU(AbstractFactorisation):
     """An LU factorisation (`jax.scipy.linalg.lu_factor`) of the dense matrix, and the

@@ -44,7 +44,10 @@ from ._dense_lu import lu_factor, lu_solve
 from ._linear_solver import AbstractFactorisation
 
 
-def _rms(x: Array) -> Array:
+def _rms(x: Array, tested: tuple[tuple[int, int], ...] | None = None) -> Array:
+    """The root mean square of ``x``, or of its ranges ``tested``."""
+    if tested is not None:
+        x = jnp.concatenate([x[start:stop] for start, stop in tested])
     return jnp.sqrt(jnp.mean(jnp.square(x)))
 
 
@@ -57,13 +60,15 @@ def newton_stage(
     scale: Array,
     kappa: Array,
     max_iterations: int,
+    tested: tuple[tuple[int, int], ...] | None = None,
 ) -> tuple[Array, Array, Array]:
     """``(k, converged, iterations)``: simplified Newton for ``k = fn(base + hg k)`` (module
     docstring); each iteration evaluates ``fn`` once.
 
     ``fn`` is ``Z -> f(t_i, Z)``, ``lu`` the factorisation of ``I - hg J(t_n, y_n)``
     (`_linear_solver`), ``scale`` the error scale ``atol + rtol |y_n|`` and ``kappa`` the
-    (floored) tolerance.
+    (floored) tolerance; ``tested``: the ranges of the state the test measures
+    (`AbstractLinearSolver.newton_tested`), None for all.
     """
 
     # For tiny states the LU factors' substitution in fusible arithmetic, formed once for
@@ -74,7 +79,7 @@ def newton_stage(
         it, k, _, d_prev, eta, _, _ = state
         delta = solve(fn(base + hg * k) - k)
         k_new = k + delta
-        d = _rms(hg * delta / scale)
+        d = _rms(hg * delta / scale, tested)
         first = it == 0
         theta = jnp.where(first, 0.0, d / jnp.where(first, 1.0, d_prev))
         eta = jnp.where(first, eta, theta / (1 - theta))
@@ -103,6 +108,7 @@ def newton_stage(
 def implicit_slope(
     fn: Callable[[Array], Array], base: Array, hg: Array, *, guess: Array,
     lu: AbstractFactorisation, scale: Array, kappa: Array, max_iterations: int,
+    tested: tuple[tuple[int, int], ...] | None = None,
 ) -> tuple[Array, Array, Array]:
     """`newton_stage` with the implicit-function-theorem tangent (module docstring).
 
@@ -112,7 +118,7 @@ def implicit_slope(
     differentiates its clipped last step in ``h``, `_start_time`) and ``fn``; the guess,
     ``M_0`` and the tolerances are constants of it (keyword arguments).
     """
-    return newton_stage(fn, base, hg, guess, lu, scale, kappa, max_iterations)
+    return newton_stage(fn, base, hg, guess, lu, scale, kappa, max_iterations, tested)
 
 
 def _slope_tangent(fn: Callable, fn_dot: Callable | None, base: Array,
@@ -134,12 +140,13 @@ def _slope_tangent(fn: Callable, fn_dot: Callable | None, base: Array,
 
 
 @implicit_slope.def_jvp
-def _implicit_slope_jvp(primals, tangents, *, guess, lu, scale, kappa, max_iterations):
+def _implicit_slope_jvp(primals, tangents, *, guess, lu, scale, kappa, max_iterations,
+                        tested=None):
     fn, base, hg = primals
     fn_dot, base_dot, hg_dot = tangents
     k, converged, iterations = implicit_slope(fn, base, hg, guess=guess, lu=lu,
                                               scale=scale, kappa=kappa,
-                                              max_iterations=max_iterations)
+                                              max_iterations=max_iterations, tested=tested)
     k_dot = _slope_tangent(fn, fn_dot, base, base_dot, base + hg * k, hg, hg_dot, k)
     return (k, converged, iterations), (k_dot, None, None)
 
