@@ -506,8 +506,8 @@ class DenseInterpolation(eqx.Module):
         """The state at time ``t`` (a scalar or a 1-D array of times in ``[t0, t1]``).
 
         Returns a pytree like ``y0``; with an array of times each leaf gets a leading
-        time axis.  Times within round-off outside the interval (16 ulps of its ends, such
-        as ``t0 + n dt`` landing one ulp past ``t1``) are read at its end.  Times further
+        time axis.  Times within round-off outside the interval (``16 eps max(|t0|, |t1|)``,
+        such as ``t0 + n dt`` landing one ulp past ``t1``) are read at its end.  Times further
         out, and NaN times, raise a `ValueError` when they and the solution are concrete,
         and give NaN under `jax.jit` (with a zero gradient, so that a loss may mask them
         out).

@@ -114,9 +114,12 @@ def jump_segments(
         t_start, y_start, zero_start, pending, watch, burst, active, ys, result = carry
         tau_start = direction * t_start
         # An inactive segment is empty (t1 to t1); saves outside the segment are clipped
-        # into it and not used.
+        # into it and not used.  The clip moves values only: a save on the segment's start
+        # or end (t0, t1, an event time) keeps the whole derivative in its own time, where
+        # `clip` would split it equally with the bound it meets.
         t0 = jnp.where(active, t_start, problem.t1)
-        ts = direction * jnp.clip(taus, direction * t0, tau1)
+        clipped = jax.lax.stop_gradient(jnp.clip(taus, direction * t0, tau1))
+        ts = direction * (clipped + (taus - jax.lax.stop_gradient(taus)))  # exactly clipped
         seg_system = eqx.tree_at(
             lambda s: (s.event_zero_start, s.event_pending, s.event_watch, s.event_start),
             system, (zero_start, pending, watch, k > 0), is_leaf=lambda x: x is None)

@@ -289,10 +289,10 @@ def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Arra
 
     ``ts`` is in the solve's dtype; ``given`` is the dtype the times came in (None: the
     same).  Times computed from t0 and t1 (``t0 + (t1 - t0) * s``) can land a few ulps
-    outside the interval: within 16 ulps of its ends, in the coarser of the two precisions,
-    they are its ends (a traced time keeps its derivative).  So float32 observation times
-    of a float64 solve whose ``t1`` is the last of them in float64 are accepted, as they are
-    inside `jit` too.
+    either side of the ends: within ``16 eps max(|t0|, |t1|)`` of an end, with the eps of
+    the coarser of the two precisions, they are that end (a traced time keeps its
+    derivative).  So float32 observation times of a float64 solve whose ``t1`` is the last
+    of them in float64 are accepted, as they are inside `jit` too, and the last is ``t1``.
 
     Concrete times are checked here, with a `ValueError` naming the first bad entry;
     traced ones by the forward loop, which then does not start and reports
@@ -305,9 +305,10 @@ def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Arra
     if given is not None and np.issubdtype(given, np.floating):
         eps = max(eps, float(np.finfo(given).eps))
     slack = 16 * eps * xp.maximum(xp.abs(t0), xp.abs(t1))
-    clipped = xp.clip(ts, xp.minimum(t0, t1), xp.maximum(t0, t1))
-    shift = xp.where(xp.abs(ts - clipped) <= slack, clipped - ts, 0)
-    ts = ts + (shift if xp is np else jax.lax.stop_gradient(shift))
+    # Either side of an end: float32's 4.7 is below a float64 t1 = 4.7, its 4.8 above 4.8.
+    snapped = xp.where(xp.abs(ts - t1) <= slack, t1, xp.where(xp.abs(ts - t0) <= slack, t0, ts))
+    # The end's value exactly, the time's own derivative.
+    ts = snapped if xp is np else jax.lax.stop_gradient(snapped) + (ts - jax.lax.stop_gradient(ts))
     direction = xp.where(t1 >= t0, 1, -1)
     taus = direction * ts
     bad_order = xp.any(xp.diff(taus) < 0) if ts.shape[0] > 1 else xp.array(False)

@@ -249,6 +249,24 @@ def test_bouncing_ball_closed_form():
     np.testing.assert_allclose(forward[outputs, :2], want, rtol=1e-9)
 
 
+def test_saves_on_the_ends_keep_their_time_derivative():
+    """With events every segment clips the save times into itself; `jnp.clip` split the
+    derivative of a save on ``t0`` or ``t1`` equally between the save time and the end (a
+    user's acceptance test: half the velocity, and half of it on ``t1``)."""
+    ts = jnp.array([0.0, 1.0, T1])
+
+    def saves(span, ts):
+        return bouncing(FREE, ja.DiscreteAdjoint(), span, ts)[0][:6]  # heights, velocities
+
+    d_span, d_ts = jax.jit(jax.jacrev(saves, argnums=(0, 1)))(FORWARD, ts)
+    velocities = saves(FORWARD, ts)[3:]
+    np.testing.assert_allclose(jnp.diag(d_ts[:3]), velocities, rtol=1e-12)
+    np.testing.assert_allclose(jnp.diag(d_ts[3:]), -GRAVITY, rtol=1e-12)
+    # A save at t0 moves with the start (-f), none moves with t1.
+    np.testing.assert_allclose(d_span[3, 0], GRAVITY, rtol=1e-12)
+    np.testing.assert_array_equal(d_span[:, 1], 0.0)
+
+
 def test_bounce_times_second_derivatives_closed_form():
     """`DiscreteForward`'s Hessians of bounce times: ``t_k = t_1 (1 + 2e + ... + 2e^(k-1))``
     with ``t_1 = sqrt(2 h0 / g)``.  The event time's replay took one Newton step from the

@@ -292,6 +292,21 @@ def test_save_times_computed_from_the_ends_may_round_past_them():
         ja.RESULTS.successful
 
 
+def test_float32_times_either_side_of_the_ends_are_the_ends():
+    """float32's 4.7 lies 0.4 of its ulps below a float64 ``t1 = 4.7`` (4.8's above 4.8):
+    either is ``t1`` (a user's acceptance test found the one below evaluated 1e-6 off),
+    and keeps its time derivative ``f(t1, y(t1))``."""
+    for t1 in (4.7, 4.8):
+        ts = np.array([0.0, 1.0, t1], np.float32)
+        assert (float(ts[-1]) < t1) == (t1 == 4.7)
+        sol = solve(t1=t1, saveat=ts)
+        np.testing.assert_array_equal(sol.ys[-1], solve(t1=t1).ys[-1])
+    below = jnp.asarray([0.0, 1.0, 4.7], jnp.float32)
+    slope = jax.grad(lambda ts: solve(t1=4.7, saveat=ts).ys[-1, 0])(below)
+    end = solve(t1=4.7).ys[-1, 0]
+    np.testing.assert_allclose(slope[-1], -0.5 * end, rtol=1e-6)
+
+
 def test_replay_on_grid_names_what_it_replays():
     with pytest.raises(TypeError, match="replays explicit Runge–Kutta methods; got Rodas5"):
         ja.replay_on_grid(decay, ja.Rodas5(), Y0, K, jnp.array([0.0, 1.0]))
