@@ -288,11 +288,17 @@ def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Arra
     """Save times must be finite, ordered from ``t0`` towards ``t1`` and inside it.
 
     ``ts`` is in the solve's dtype; ``given`` is the dtype the times came in (None: the
-    same).  Times computed from t0 and t1 (``t0 + (t1 - t0) * s``) can land a few ulps
-    either side of the ends: within ``16 eps max(|t0|, |t1|)`` of an end, with the eps of
-    the coarser of the two precisions, they are that end (a traced time keeps its
-    derivative).  So float32 observation times of a float64 solve whose ``t1`` is the last
-    of them in float64 are accepted, as they are inside `jit` too, and the last is ``t1``.
+    same).  Two kinds of round-off make a time an end (a traced time keeps its derivative):
+
+    - outside the interval by at most ``16 eps max(|t0|, |t1|)``, with the eps of the
+      coarser of the two precisions: times computed from the ends
+      (``t0 + (t1 - t0) * s``) can land a few ulps past them;
+    - an end rounded to the precision the times came in: float32 observation times of a
+      float64 solve whose ``t1`` is the last of them in float64 (float32's 4.7 lies below
+      4.7, its 4.8 above 4.8).
+
+    No wider margin inside: there, 16 float32 ulps of ``t1 = 1e5`` are 0.19, and a save at
+    0.1 would have been read at ``t0``.  These times are accepted inside `jit` too.
 
     Concrete times are checked here, with a `ValueError` naming the first bad entry;
     traced ones by the forward loop, which then does not start and reports
@@ -305,8 +311,13 @@ def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Arra
     if given is not None and np.issubdtype(given, np.floating):
         eps = max(eps, float(np.finfo(given).eps))
     slack = 16 * eps * xp.maximum(xp.abs(t0), xp.abs(t1))
-    # Either side of an end: float32's 4.7 is below a float64 t1 = 4.7, its 4.8 above 4.8.
-    snapped = xp.where(xp.abs(ts - t1) <= slack, t1, xp.where(xp.abs(ts - t0) <= slack, t0, ts))
+    clipped = xp.clip(ts, xp.minimum(t0, t1), xp.maximum(t0, t1))
+    snapped = xp.where(xp.abs(ts - clipped) <= slack, clipped, ts)
+    if given is not None and np.issubdtype(given, np.floating) and \
+            np.finfo(given).eps > np.finfo(ts.dtype).eps:
+        for end in (t0, t1):
+            rounded = xp.asarray(end).astype(given).astype(ts.dtype)
+            snapped = xp.where(ts == rounded, end, snapped)
     # The end's value exactly, the time's own derivative.
     ts = snapped if xp is np else jax.lax.stop_gradient(snapped) + (ts - jax.lax.stop_gradient(ts))
     direction = xp.where(t1 >= t0, 1, -1)

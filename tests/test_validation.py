@@ -295,12 +295,16 @@ def test_save_times_computed_from_the_ends_may_round_past_them():
 def test_float32_times_either_side_of_the_ends_are_the_ends():
     """float32's 4.7 lies 0.4 of its ulps below a float64 ``t1 = 4.7`` (4.8's above 4.8):
     either is ``t1`` (a user's acceptance test found the one below evaluated 1e-6 off),
-    and keeps its time derivative ``f(t1, y(t1))``."""
+    and keeps its time derivative ``f(t1, y(t1))``; other times near the ends stay."""
     for t1 in (4.7, 4.8):
         ts = np.array([0.0, 1.0, t1], np.float32)
         assert (float(ts[-1]) < t1) == (t1 == 4.7)
         sol = solve(t1=t1, saveat=ts)
         np.testing.assert_array_equal(sol.ys[-1], solve(t1=t1).ys[-1])
+    # Only the ends' own rounding, not 16 ulps of the larger end: at t1 = 2e3 that is 4e-3
+    # in float32, and a save at 2e-3 came back as y0 (another acceptance test: t1 = 1e5).
+    early = solve(t1=2e3, saveat=np.array([2e-3, 1.0], np.float32), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(early.ys[0], Y0 * np.exp(-0.5 * float(np.float32(2e-3))), rtol=1e-7)
     below = jnp.asarray([0.0, 1.0, 4.7], jnp.float32)
     slope = jax.grad(lambda ts: solve(t1=4.7, saveat=ts).ys[-1, 0])(below)
     end = solve(t1=4.7).ys[-1, 0]
