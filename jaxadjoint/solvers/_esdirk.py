@@ -267,8 +267,8 @@ class _DirectTransposed:
     ``kbar - M_i^T u``.  Without it, a stage at ``gamma h |lambda| ~ 1e11`` (A + B <-> C
     with ``kf = 1e9``, a user's acceptance test) gave an ``u`` whose rounding ``J(Z_i)^T``
     amplified: the gradient came out -15.5 for 0.0604.  Refined it agrees with forward mode
-    to 3e-7, as LU solves do (which made the gradient 1.5x slower on Robertson's problem:
-    the refinement is two small products).
+    to 2e-6 (3e-7 in that entry), as LU solves do (which made the gradient 1.5x slower on
+    Robertson's problem: the refinement is two small products).
     """
 
     def __init__(self, f: FlatField, times: list[Array], zs: list[Array], hg: Array):
