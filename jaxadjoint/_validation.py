@@ -394,9 +394,14 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
     expected = jax.tree.structure(y0)
     got = jax.tree.structure(out)
     if got != expected:
+        hint = ""
+        if isinstance(y0, (list, tuple)) and jax.tree_util.treedef_is_leaf(got):
+            # SciPy's habit: y0 = [1.0, 0.0, 0.0], rhs returning one array.
+            hint = (f". A {type(y0).__name__} `y0` is a pytree of {len(y0)} entries, not one "
+                    "vector: pass `jnp.asarray(y0)` for an array state")
         raise ValueError(
             f"`{name}` must return a pytree with the structure of `y0`; expected {expected}, "
-            f"got {got}"
+            f"got {got}{hint}"
         )
     for (path, o), y in zip(jax.tree_util.tree_leaves_with_path(out), jax.tree.leaves(y0)):
         where = jax.tree_util.keystr(path) or "the root"

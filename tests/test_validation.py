@@ -64,6 +64,9 @@ def test_rhs_output_mismatch_in_pytree_state():
         solve(rhs=lambda t, y, args: {"x": jnp.zeros(3), "v": y["v"]}, y0=y0)
     with pytest.raises(ValueError, match="structure of `y0`"):
         solve(rhs=lambda t, y, args: (y["x"], y["v"]), y0=y0)
+    # A SciPy user's list `y0` with a vector field (an acceptance test: no hint).
+    with pytest.raises(ValueError, match=r"A list `y0` is a pytree of 2 entries.*jnp.asarray"):
+        solve(rhs=lambda t, y, args: -jnp.stack(y), y0=[1.0, 2.0])
 
 
 def test_rhs_that_fails_is_reported_with_context():
