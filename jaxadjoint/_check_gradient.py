@@ -71,6 +71,7 @@ from jax.flatten_util import ravel_pytree
 from ._adjoint import DiscreteAdjoint
 from ._discrete_forward import DiscreteForward
 from ._sensitivity_base import AbstractSensitivity
+from ._validation import is_scalar_atol
 
 ROUNDOFF = "round-off"
 TRUNCATION = "truncation"
@@ -394,20 +395,15 @@ def check_gradient(
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
     return GradientCheck(
         gradient=unravel(jnp.asarray(g)), method=type(method).__name__, rtol=float(rtol),
-        atol=float(atol) if _is_scalar(atol) else atol, roundoff=roundoff,
+        atol=float(atol) if is_scalar_atol(atol) else atol, roundoff=roundoff,
         truncation=truncation_floor,
         comparisons=tuple(rows), roundoff_noise=noise, loss_change=loss_change, fd_error=fd_error,
     )
 
 
-def _is_scalar(atol: Any) -> bool:
-    """Whether ``atol`` is one number (not an array or pytree of them)."""
-    return jax.tree_util.treedef_is_leaf(jax.tree.structure(atol)) and np.ndim(atol) == 0
-
-
 def _describe(atol: Any) -> str:
     """``atol=1.0e-06``, or the range of a per-component one."""
-    if _is_scalar(atol):
+    if is_scalar_atol(atol):
         return f"atol={float(atol):.1e}"
     leaves = [np.asarray(a) for a in jax.tree.leaves(atol)]
     low = min(float(a.min()) for a in leaves)

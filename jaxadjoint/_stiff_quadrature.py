@@ -99,7 +99,7 @@ def solve_with_quadrature_state(
     solver = with_blocks(solver, [Block(start=0, size=n, diagonal="jacobian"),
                                   Block(start=n, size=num_q, diagonal="zero")])
     atol = kwargs.get("atol")
-    if atol is not None and not (eqx.is_array_like(atol) and jnp.ndim(atol) == 0):
+    if atol is not None and not check.is_scalar_atol(atol):
         # Per-component: the integral's components, which neither the error test nor the
         # Newton test reads, take the state's smallest tolerance (to fill the structure).
         flat = jnp.asarray(check.per_component_atol(atol, y0, dtype))

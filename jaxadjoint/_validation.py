@@ -107,6 +107,11 @@ def as_real_array(name: str, x: Any, dtype: Any) -> Array:
     return cast
 
 
+def is_scalar_atol(atol: Any) -> bool:
+    """Whether ``atol`` is one number (not an array or a pytree of tolerances)."""
+    return eqx.is_array_like(atol) and np.ndim(atol) == 0
+
+
 def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
     """``atol`` as the error test uses it: a scalar, or one tolerance per component of the
     flattened state (the order of `jax.flatten_util.ravel_pytree` on ``y0``).
@@ -116,7 +121,7 @@ def per_component_atol(atol: Any, y0: Any, dtype: Any) -> Array:
     (each a scalar or an array).  Concrete values stay NumPy arrays (`as_real_array`), so
     that `check_tolerances` can check them before the solve runs.
     """
-    if eqx.is_array_like(atol) and np.ndim(atol) == 0:
+    if is_scalar_atol(atol):
         return as_real_array("atol", atol, dtype)
     y_leaves, y_def = jax.tree_util.tree_flatten_with_path(y0)
     if isinstance(atol, (list, tuple)) and y_def == jax.tree.structure(0.0):
