@@ -41,9 +41,10 @@ oscillation: round-off and global error both amplified) is not called wrong:
 - round-off: ``roundoff_factor * eps`` (``eps`` of the gradient's dtype; default factor
   ``1e4``: the reverse and forward sweeps sum thousands of products in different orders), or
   ``NOISE_FACTOR`` times the measured round-off noise if larger: how far each of the two
-  gradients moves when the parameters move by one unit in the last place (`_roundoff_noise`;
-  on Van der Pol at mu = 1e3 with Rodas5, 1e-9 for forward mode against 2e-16 x 1e4 = 2e-12);
-  never above the truncation threshold;
+  gradients moves when the parameters move by one unit in the last place, or when the loss's
+  cotangent seed is ``1 + k eps`` instead of 1 (`_roundoff_noise`; on Van der Pol at
+  mu = 1e3 with Rodas5, 1e-9 for forward mode against 2e-16 x 1e4 = 2e-12); never above the
+  truncation threshold;
 - truncation: ``truncation_factor * max(rtol, loss_change)`` (default factor ``100``:
   gradients of adaptive solves are typically accurate to a few times the tolerance), where
   ``loss_change`` is the loss's own relative change between the two tolerances: where the
@@ -54,6 +55,20 @@ oscillation: round-off and global error both amplified) is not called wrong:
   loss known to ``rtol_fd`` (balancing ``h**2`` against ``rtol_fd / h``), plus the difference
   between the central differences at ``h`` and ``2 h``: about three times the ``h**2`` error
   of the one at ``h`` (Richardson), large where the loss curves strongly in the parameters.
+
+**At a stationary point** (a fitted optimum) the gradient is near zero, and a relative
+difference of two near-zero gradients measures nothing: their difference is the truncation
+or round-off of terms that cancel.  The point counts as stationary when the central
+differences' first-order change of the loss over the step, ``|g_fd h|``, is below half its
+second-order change ``|L(p + h) - 2 L(p) + L(p - h)|`` (the gradient being checked plays no
+part, so a wrong one cannot make a point look stationary).  There every difference is taken
+relative to ``max(||g||, ||g_ref||, ||H_ii max(1, |p_i|)||)`` (the second differences'
+diagonal curvature times the parameters' size): how far the difference would move the
+minimum, relative to the parameters (`stationary_scales`, with a note in the report).  The
+loss's own change between the tolerances is likewise relative to ``||H_ii max(1, |p_i|)^2||``
+as well as the loss: a model fitted to its own output has a loss of its truncation error
+squared, which changes by 100 % between the tolerances (Lotka-Volterra: ``loss_change`` 1.0,
+so every difference counted as inconclusive).
 """
 
 from __future__ import annotations
@@ -85,6 +100,8 @@ MEANINGFUL_THRESHOLD = 0.5
 NOISE_FACTOR = 10.0
 # One-ulp perturbations of the parameters used to measure that noise.
 NOISE_SAMPLES = 2
+# Cotangent seeds ``1 + k eps`` of the loss, each another rounding of the same reverse sweep.
+NOISE_SEEDS = (3.0, 7.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +111,8 @@ class GradientComparison:
     Attributes:
         name: what the gradient was compared with.
         reference: that gradient, flattened (``jax.flatten_util.ravel_pytree`` order).
-        difference: ``||g - reference||_2 / max(||g||_2, ||reference||_2)``.
+        difference: ``||g - reference||_2 / max(||g||_2, ||reference||_2)`` (at a
+            stationary point with the curvature scale in the maximum too, module docstring).
         expected: the class the difference should fall in (``"round-off"`` or
             ``"truncation"``).
         threshold: the largest difference accepted for ``expected``.
@@ -134,6 +152,8 @@ class GradientCheck:
             (`_roundoff_noise`); ``loss_change``: the loss's relative change between the
             two tolerances; ``fd_error``: the difference of the central differences at
             ``h`` and ``2 h``.  Each widens a threshold (module docstring).
+        stationary_scale: 0, or at a stationary point the gradient scale that the
+            differences are relative to (module docstring).
     """
 
     gradient: Any
@@ -146,6 +166,7 @@ class GradientCheck:
     roundoff_noise: float = 0.0
     loss_change: float = 0.0
     fd_error: float = 0.0
+    stationary_scale: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -184,7 +205,8 @@ class GradientCheck:
                     "gradient.")
             elif self.roundoff_noise > self.roundoff:
                 amplified = (
-                    f" One-ulp changes of the parameters move the gradient by "
+                    f" One-ulp changes of the parameters or of the loss's cotangent seed move "
+                    f"the gradient by "
                     f"{self.roundoff_noise:.0e}: round-off is amplified along with it.")
             else:
                 amplified = ""
@@ -237,11 +259,18 @@ class GradientCheck:
         widenings of the module docstring), one line each."""
         notes = []
         same_grid, tighter, fd = self.comparisons
+        if self.stationary_scale > 0:
+            notes.append(
+                f"a stationary point: the loss is flat to first order over the central "
+                f"differences' step, so every difference is relative to the curvature times "
+                f"the parameters' size, {self.stationary_scale:.1e}, not to |grad| (how far "
+                "it would move the minimum)")
         if (same_grid.expected == ROUNDOFF and same_grid.difference > self.roundoff
                 and same_grid.ok):
             notes.append(
-                f"round-off is amplified here: one-ulp changes of the parameters move the "
-                f"gradients by up to {self.roundoff_noise:.1e}, so the same-grid threshold is "
+                f"round-off is amplified here: one-ulp changes of the parameters or of the "
+                f"loss's cotangent seed move the gradients by up to {self.roundoff_noise:.1e}, "
+                f"so the same-grid threshold is "
                 f"{same_grid.threshold:.1e}")
         if (self.truncation < tighter.difference <= tighter.threshold
                 and tighter.verdict != INCONCLUSIVE):
@@ -260,8 +289,8 @@ class GradientCheck:
         return notes
 
 
-def _relative(a: np.ndarray, b: np.ndarray) -> float:
-    scale = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
+def _relative(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> float:
+    scale = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return float("inf")
     return 0.0 if scale == 0.0 else float(np.linalg.norm(a - b)) / scale
@@ -327,17 +356,21 @@ def check_gradient(
     tight_rtol, tight_atol = rtol / tighter, jax.tree.map(lambda a: a / tighter, atol)
 
     def value_and_grad_of(method_):
-        def value(x, rtol_, atol_):
-            return loss(unravel(x), sensitivity=method_, rtol=rtol_, atol=atol_)
+        # The loss times its seed ``1 + k eps`` (exactly 1 for k = 0); the value unseeded.
+        def value(x, rtol_, atol_, k):
+            v_ = loss(unravel(x), sensitivity=method_, rtol=rtol_, atol=atol_)
+            return v_ * _seed(k, v_.dtype), v_
 
-        return jax.jit(jax.value_and_grad(value))
+        return jax.jit(jax.value_and_grad(value, has_aux=True))
 
     def as_array(x, dtype=flat.dtype):
         return jnp.asarray(x, dtype=dtype)
 
-    def evaluate(fn, x, rtol_, atol_):
-        v, g_ = fn(x, as_array(rtol_), jax.tree.map(as_array, atol_))
-        return float(v), np.asarray(g_)
+    def evaluate(fn, x, rtol_, atol_, k=0.0):
+        """The loss and its gradient (seeded by ``1 + k eps``, divided out again)."""
+        (_, v_), g_ = fn(x, as_array(rtol_), jax.tree.map(as_array, atol_), as_array(k))
+        g_ = np.asarray(g_)
+        return float(v_), g_ / float(_seed(k, v_.dtype)) if k else g_
 
     grad_method = value_and_grad_of(method)
     v, g = evaluate(grad_method, flat, rtol, atol)
@@ -358,15 +391,18 @@ def check_gradient(
 
         return jax.vmap(one)(bumps)
 
-    values = np.asarray(bumped_losses(jnp.concatenate([bumps, 2 * bumps])))
+    centre = jnp.zeros_like(bumps[:1])
+    values = np.asarray(bumped_losses(jnp.concatenate([bumps, 2 * bumps, centre])))
     n = flat.size
     g_fd = (values[:n] - values[n:2 * n]) / (2 * np.asarray(steps))
-    g_fd_double = (values[2 * n:3 * n] - values[3 * n:]) / (4 * np.asarray(steps))
-    fd_error = _relative(g_fd, g_fd_double)
+    g_fd_double = (values[2 * n:3 * n] - values[3 * n:4 * n]) / (4 * np.asarray(steps))
+    scale, loss_scale = stationary_scales(
+        g_fd, values[:n] - 2 * values[-1] + values[n:2 * n], np.asarray(steps), np.asarray(flat))
+    fd_error = _relative(g_fd, g_fd_double, scale)
     fd_error = fd_error if np.isfinite(fd_error) else 0.0
 
     roundoff = roundoff_factor * eps
-    loss_change = _relative(np.asarray(v), np.asarray(v_tight))
+    loss_change = _relative(np.asarray(v), np.asarray(v_tight), loss_scale)
     loss_change = loss_change if np.isfinite(loss_change) else 0.0
     truncation_floor = truncation_factor * rtol
     truncation = truncation_factor * max(rtol, loss_change)
@@ -376,7 +412,7 @@ def check_gradient(
     noise = 0.0
     if isinstance(method, (DiscreteAdjoint, DiscreteForward)):
         noise = _roundoff_noise((grad_method, same_grid), (g, g_grid), v, flat, rtol, atol,
-                                evaluate)
+                                evaluate, scale)
         grid_expected = ROUNDOFF
         grid_threshold = min(max(roundoff, NOISE_FACTOR * noise), truncation)
     else:
@@ -389,7 +425,7 @@ def check_gradient(
         (f"central differences (step {fd_rel_step:.0e}, rtol={tight_rtol:.0e})", g_fd,
          TRUNCATION, fd_threshold),
     ):
-        diff = _relative(g, ref)
+        diff = _relative(g, ref, scale)
         bound = threshold if expected == ROUNDOFF else roundoff
         verdict = _classify(diff, bound, threshold)
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
@@ -398,7 +434,30 @@ def check_gradient(
         atol=float(atol) if is_scalar_atol(atol) else atol, roundoff=roundoff,
         truncation=truncation_floor,
         comparisons=tuple(rows), roundoff_noise=noise, loss_change=loss_change, fd_error=fd_error,
+        stationary_scale=scale,
     )
+
+
+def _seed(k: Any, dtype: Any) -> Array:
+    """``1 + k eps`` in ``dtype``: a cotangent seed that rounds the reverse sweep anew."""
+    return 1 + jnp.asarray(k, dtype) * jnp.finfo(dtype).eps
+
+
+def stationary_scales(g_fd: np.ndarray, second: np.ndarray, steps: np.ndarray,
+                      params: np.ndarray) -> tuple[float, float]:
+    """The gradient and loss scales at a stationary point, ``||H_ii m_i||`` and
+    ``||H_ii m_i^2||`` with ``m_i = max(1, |p_i|)``, where the loss is flat to first order
+    over the central differences' step (``||g_fd h|| < ||second|| / 2``, ``second`` the
+    changes ``L(p + h) - 2 L(p) + L(p - h)``); else ``(0, 0)``."""
+    first_order = float(np.linalg.norm(g_fd * steps))
+    second_order = float(np.linalg.norm(second))
+    if not (np.isfinite(first_order) and np.isfinite(second_order)):
+        return 0.0, 0.0
+    if first_order >= 0.5 * second_order:
+        return 0.0, 0.0
+    curvature = np.abs(second) / steps**2
+    size = np.maximum(1.0, np.abs(params))
+    return float(np.linalg.norm(curvature * size)), float(np.linalg.norm(curvature * size**2))
 
 
 def _describe(atol: Any) -> str:
@@ -412,9 +471,17 @@ def _describe(atol: Any) -> str:
 
 
 def _roundoff_noise(fns: tuple, gradients: tuple, value: float, flat: Array, rtol: float,
-                    atol: Any, evaluate: Callable) -> float:
+                    atol: Any, evaluate: Callable, scale: float = 0.0) -> float:
     """How far the gradients of ``fns`` move when each parameter moves by one unit in its
-    last place (`NOISE_SAMPLES` random signs): their round-off noise on this step grid.
+    last place (`NOISE_SAMPLES` random signs), or when the loss's cotangent seed is
+    ``1 + k eps`` (`NOISE_SEEDS`): their round-off noise on this step grid (relative, with
+    ``scale`` in the denominator at a stationary point).
+
+    The seeds leave the forward solve, and so the steps, untouched and round every product
+    of the reverse sweep anew.  They are what measures an ill-conditioned stiff step: on
+    A + B <-> C -> P with kf = 1e9 (Rodas5, ``gamma h kf ~ 1e10``) one-ulp parameter
+    changes all changed the step grid (not counted, below), while the seeds moved the
+    gradients by 2e-8 to 2e-7, as far as reverse and forward mode differ (1.3e-7).
 
     Differentiable arithmetic that amplifies round-off (a stiff relaxation, thousands of
     steps) makes the reverse and forward sweeps disagree by that much with no bug (Van der
@@ -434,5 +501,10 @@ def _roundoff_noise(fns: tuple, gradients: tuple, value: float, flat: Array, rto
             expected = abs(float(np.dot(g, delta))) + 1e3 * eps * abs(value)
             if abs(v - value) > 2 * expected or not np.all(np.isfinite(g_moved)):
                 continue
-            noise = max(noise, _relative(g_moved, g))
+            noise = max(noise, _relative(g_moved, g, scale))
+    for k in NOISE_SEEDS:
+        for fn, g in zip(fns, gradients):
+            g_seeded = evaluate(fn, flat, rtol, atol, k)[1]
+            if np.all(np.isfinite(g_seeded)):
+                noise = max(noise, _relative(g_seeded, g, scale))
     return noise

@@ -72,6 +72,66 @@ def test_check_gradient_rejects_bad_tolerances():
         ja.check_gradient(lambda p, **o: p, jnp.ones(()), tighter=1.0)
 
 
+def _fast_equilibrium(t, y, p):
+    # A + B <-> C -> P, the forward rate 10x the backward one, both ~1e9 (log scale).
+    del t
+    kf, kr, kc = jnp.exp(p)
+    a, b, c, _ = y
+    r = kf * a * b - kr * c
+    return jnp.stack([-r, -r, r - kc * c, kc * c])
+
+
+def test_check_gradient_measures_roundoff_of_ill_conditioned_stiff_steps():
+    # Rodas5 with gamma h kf ~ 1e10: reverse and forward mode on the same steps differ by
+    # ~4e-8 (amplified round-off, the same with LU-transposed solves).  One-ulp parameter
+    # changes all change the step grid here, so only the cotangent seeds 1 + k eps measure
+    # the noise; before them the check called this healthy gradient "WRONG ... a bug".
+    def loss(p, **options):
+        y0 = jnp.array([1.0, 0.8, 0.0, 0.0])
+        sol = ja.solve(_fast_equilibrium, y0, 0.0, 450.0, p, solver=ja.Rodas5(),
+                       max_steps=4096, **options)
+        return sol.ys[-1, 2]
+
+    check = ja.check_gradient(loss, jnp.log(jnp.array([1e9, 1e8, 1e-3])), rtol=1e-6)
+    same_grid = check.comparisons[0]
+    assert check.ok, str(check)
+    assert 1e3 * check.roundoff < same_grid.difference <= 10 * check.roundoff_noise
+    assert "cotangent seed" in str(check)
+
+
+def test_check_gradient_at_a_fitted_minimum():
+    # Data from the model itself: the parameters are the minimum, the gradient is
+    # truncation-sized, and relative differences of two near-zero gradients said
+    # "UNRELIABLE"; and the loss, its truncation squared, changed by 100 % between the
+    # tolerances, which made every difference "inconclusive".
+    pr = lotka_volterra_problem(t1=6.0)
+    ts = jnp.linspace(0.5, 6.0, 12)
+    data = ja.solve(pr.rhs, pr.y0, 0.0, 6.0, pr.args, saveat=ja.SaveAt(ts=ts),
+                    rtol=1e-12, atol=1e-12).ys
+
+    def loss(p, **options):
+        sol = ja.solve(pr.rhs, pr.y0, 0.0, 6.0, p, saveat=ja.SaveAt(ts=ts), **options)
+        return jnp.mean((sol.ys - data) ** 2)
+
+    check = ja.check_gradient(loss, pr.args, rtol=1e-6)
+    assert check.ok, str(check)
+    assert check.stationary_scale > 1e3 * float(jnp.linalg.norm(check.gradient))
+    assert "a stationary point" in str(check) and check.loss_change < 1e-6
+    # Away from the minimum the differences stay relative to the gradient itself.
+    assert ja.check_gradient(loss, pr.args * 1.1, rtol=1e-6).stationary_scale == 0.0
+
+
+def test_a_wrong_gradient_does_not_make_a_point_stationary():
+    from jaxadjoint._check_gradient import stationary_scales
+
+    steps, params = np.full(2, 1e-3), np.array([0.5, -3.0])
+    second = np.array([2e-6, 8e-6])  # curvature 2 and 8
+    # Central differences of 1e-2: the loss is not flat over the step, whatever g says.
+    assert stationary_scales(np.array([1e-2, 0.0]), second, steps, params) == (0.0, 0.0)
+    gradient_scale, loss_scale = stationary_scales(np.array([1e-5, 0.0]), second, steps, params)
+    np.testing.assert_allclose([gradient_scale, loss_scale], [np.hypot(2, 24), np.hypot(2, 72)])
+
+
 def _lv_product(t, y, p):
     # beta enters only as beta1 * beta2: the pair is structurally unidentifiable.
     del t
