@@ -61,14 +61,18 @@ difference of two near-zero gradients measures nothing: their difference is the 
 or round-off of terms that cancel.  The point counts as stationary when the central
 differences' first-order change of the loss over the step, ``|g_fd h|``, is below half its
 second-order change ``|L(p + h) - 2 L(p) + L(p - h)|`` (the gradient being checked plays no
-part, so a wrong one cannot make a point look stationary).  There every difference is taken
-relative to ``max(||g||, ||g_ref||, ||H_ii max(1, |p_i|)||)`` (the second differences'
-diagonal curvature times the parameters' size): how far the difference would move the
-minimum, relative to the parameters (`stationary_scales`, with a note in the report).  The
-loss's own change between the tolerances is likewise relative to ``||H_ii max(1, |p_i|)^2||``
-as well as the loss: a model fitted to its own output has a loss of its truncation error
-squared, which changes by 100 % between the tolerances (Lotka-Volterra: ``loss_change`` 1.0,
-so every difference counted as inconclusive).
+part, so a wrong one cannot make a point look stationary), and the second differences at
+``2 h`` are about four times those at ``h`` (a quadratic, not a jump of the loss).  There
+the differences from the tighter solve and the central differences are taken relative to
+``max(||g||, ||g_ref||, ||H_ii max(1, |p_i|)||)`` (the second differences' diagonal
+curvature times the parameters' size): how far the difference would move the minimum,
+relative to the parameters (`stationary_scales`, with a note in the report).  Forward and
+reverse mode on the same steps stay relative to the gradient itself: they sum the same
+terms, so their round-off is relative to those, stationary or not.  The loss's own change
+between the tolerances is likewise relative to ``||H_ii max(1, |p_i|)^2||`` as well as the
+loss: a model fitted to its own output has a loss of its truncation error squared, which
+changes by 100 % between the tolerances (Lotka-Volterra: ``loss_change`` 1.0, so every
+difference counted as inconclusive).
 """
 
 from __future__ import annotations
@@ -262,9 +266,9 @@ class GradientCheck:
         if self.stationary_scale > 0:
             notes.append(
                 f"a stationary point: the loss is flat to first order over the central "
-                f"differences' step, so every difference is relative to the curvature times "
-                f"the parameters' size, {self.stationary_scale:.1e}, not to |grad| (how far "
-                "it would move the minimum)")
+                f"differences' step, so the last two differences are relative to the "
+                f"curvature times the parameters' size, {self.stationary_scale:.1e}, not to "
+                "|grad| (how far they would move the minimum)")
         if (same_grid.expected == ROUNDOFF and same_grid.difference > self.roundoff
                 and same_grid.ok):
             notes.append(
@@ -397,7 +401,9 @@ def check_gradient(
     g_fd = (values[:n] - values[n:2 * n]) / (2 * np.asarray(steps))
     g_fd_double = (values[2 * n:3 * n] - values[3 * n:4 * n]) / (4 * np.asarray(steps))
     scale, loss_scale = stationary_scales(
-        g_fd, values[:n] - 2 * values[-1] + values[n:2 * n], np.asarray(steps), np.asarray(flat))
+        g_fd, values[:n] - 2 * values[-1] + values[n:2 * n],
+        values[2 * n:3 * n] - 2 * values[-1] + values[3 * n:4 * n], np.asarray(steps),
+        np.asarray(flat))
     fd_error = _relative(g_fd, g_fd_double, scale)
     fd_error = fd_error if np.isfinite(fd_error) else 0.0
 
@@ -412,7 +418,7 @@ def check_gradient(
     noise = 0.0
     if isinstance(method, (DiscreteAdjoint, DiscreteForward)):
         noise = _roundoff_noise((grad_method, same_grid), (g, g_grid), v, flat, rtol, atol,
-                                evaluate, scale)
+                                evaluate)
         grid_expected = ROUNDOFF
         grid_threshold = min(max(roundoff, NOISE_FACTOR * noise), truncation)
     else:
@@ -425,7 +431,9 @@ def check_gradient(
         (f"central differences (step {fd_rel_step:.0e}, rtol={tight_rtol:.0e})", g_fd,
          TRUNCATION, fd_threshold),
     ):
-        diff = _relative(g, ref, scale)
+        # Forward and reverse mode on the same steps sum the same terms: their round-off
+        # is relative to the gradient itself, stationary or not.
+        diff = _relative(g, ref, scale if expected != ROUNDOFF else 0.0)
         bound = threshold if expected == ROUNDOFF else roundoff
         verdict = _classify(diff, bound, threshold)
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
@@ -443,17 +451,22 @@ def _seed(k: Any, dtype: Any) -> Array:
     return 1 + jnp.asarray(k, dtype) * jnp.finfo(dtype).eps
 
 
-def stationary_scales(g_fd: np.ndarray, second: np.ndarray, steps: np.ndarray,
-                      params: np.ndarray) -> tuple[float, float]:
+def stationary_scales(g_fd: np.ndarray, second: np.ndarray, second_double: np.ndarray,
+                      steps: np.ndarray, params: np.ndarray) -> tuple[float, float]:
     """The gradient and loss scales at a stationary point, ``||H_ii m_i||`` and
     ``||H_ii m_i^2||`` with ``m_i = max(1, |p_i|)``, where the loss is flat to first order
     over the central differences' step (``||g_fd h|| < ||second|| / 2``, ``second`` the
-    changes ``L(p + h) - 2 L(p) + L(p - h)``); else ``(0, 0)``."""
+    changes ``L(p + h) - 2 L(p) + L(p - h)``) and curves like a quadratic (``second_double``,
+    the same at ``2 h``, within ``[2, 6]`` times ``second``: a jump of the loss, a dose
+    landing on ``t1``, is no curvature); else ``(0, 0)``."""
     first_order = float(np.linalg.norm(g_fd * steps))
     second_order = float(np.linalg.norm(second))
-    if not (np.isfinite(first_order) and np.isfinite(second_order)):
+    if not (np.isfinite(first_order) and np.isfinite(second_order)
+            and np.all(np.isfinite(second_double))):
         return 0.0, 0.0
     if first_order >= 0.5 * second_order:
+        return 0.0, 0.0
+    if np.any(np.abs(second_double - 4 * second) > 2 * np.abs(second)):
         return 0.0, 0.0
     curvature = np.abs(second) / steps**2
     size = np.maximum(1.0, np.abs(params))

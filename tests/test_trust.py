@@ -127,9 +127,15 @@ def test_a_wrong_gradient_does_not_make_a_point_stationary():
     steps, params = np.full(2, 1e-3), np.array([0.5, -3.0])
     second = np.array([2e-6, 8e-6])  # curvature 2 and 8
     # Central differences of 1e-2: the loss is not flat over the step, whatever g says.
-    assert stationary_scales(np.array([1e-2, 0.0]), second, steps, params) == (0.0, 0.0)
-    gradient_scale, loss_scale = stationary_scales(np.array([1e-5, 0.0]), second, steps, params)
+    assert stationary_scales(np.array([1e-2, 0.0]), second, 4 * second, steps,
+                             params) == (0.0, 0.0)
+    gradient_scale, loss_scale = stationary_scales(np.array([1e-5, 0.0]), second, 4 * second,
+                                                   steps, params)
     np.testing.assert_allclose([gradient_scale, loss_scale], [np.hypot(2, 24), np.hypot(2, 72)])
+    # A jump of the loss between p and p + h (second differences the same at 2 h) is not a
+    # curvature: a dose on t1 made a wrong dL/dT look like round-off at a "stationary point".
+    assert stationary_scales(np.array([1e-5, 0.0]), second, second, steps,
+                             params) == (0.0, 0.0)
 
 
 def _lv_product(t, y, p):
