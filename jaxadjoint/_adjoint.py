@@ -158,6 +158,13 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         at_event = shift_bar + direction * restart_cotangent(
             system, params, direction, rows, grid, num_accepted, direction * problem.t1,
             saves, taus, taus_bar, event.row, event.tau, event_time_bar)
+        # A restarted segment that reached t1 without a step (a jump on t1 itself) has no
+        # grid to move: its end is its start.  Moving the event earlier by d gives it one
+        # step of size d, so its start's derivative is the rule of t0 (the left derivative,
+        # as forward mode's moved grid gives it; the loss jumps to the right).  It was 0: a
+        # dose on t1 had dy(t1)/dT = -k y- for k D (pharmacokinetics acceptance test).
+        reached_without_step = (num_accepted == 0) & ~event.fired
+        at_event = jnp.where(reached_without_step, t0_bar, at_event)
         t0_bar = jnp.where(system.event_start, at_event, t0_bar)
     if perturbed.t1:
         t1_bar = integrand_dot(problem.t1, y_final)

@@ -422,6 +422,32 @@ def test_threshold_dosing_closed_form():
         np.testing.assert_allclose(got[key], want[key], rtol=1e-7)
 
 
+_BOLUS = ja.Event(lambda t, y, p: t - p["T"], direction="rising",
+                  jump=lambda t, y, p: y + p["D"])
+
+
+@pytest.mark.parametrize("checkpoint", [ja.StoreStates(), ja.Recursive(4)])
+def test_a_dose_on_t1_has_its_left_derivative(checkpoint):
+    """A bolus exactly at ``t1`` fires (the value includes it), and the segment after it
+    reaches ``t1`` without a step.  ``DiscreteAdjoint`` gave that segment's start no
+    derivative: d y(t1)/dT = -k y- (-0.18) for the left derivative k D (1.5) that forward
+    mode and the closed form give (a pharmacokinetics acceptance test)."""
+
+    def y_end(p, sensitivity, saveat):
+        sol = ja.solve(lambda t, y, p: -p["k"] * y, jnp.array([1.0]), 0.0, 2.0, p,
+                       events=[_BOLUS], max_events=2, rtol=1e-10, atol=1e-10,
+                       sensitivity=sensitivity, saveat=saveat)
+        return sol.ys[-1, 0]
+
+    p = {"k": jnp.array(0.5), "T": jnp.array(2.0), "D": jnp.array(3.0)}
+    for saveat in (None, jnp.array([1.0, 2.0])):
+        reverse = jax.grad(y_end)(p, ja.DiscreteAdjoint(checkpoint=checkpoint), saveat)
+        forward = jax.jacfwd(y_end)(p, ja.DiscreteForward(), saveat)
+        np.testing.assert_allclose(reverse["T"], 0.5 * 3.0, rtol=1e-12)
+        for key in p:
+            np.testing.assert_allclose(reverse[key], forward[key], rtol=1e-12, atol=1e-15)
+
+
 # --- vmap, several conditions ---------------------------------------------------------------
 
 
