@@ -42,7 +42,7 @@ from jaxadjoint.problems import (
     van_der_pol_initial_state,
     van_der_pol_rhs,
 )
-from jaxadjoint.solvers._esdirk import ITERATIVE_ADJOINT_MIN_SIZE
+from jaxadjoint.solvers._esdirk import ITERATIVE_ADJOINT_MIN_SIZE, HermiteWeights
 from jaxadjoint.solvers._esdirk_tableaus import KVAERNO5, ESDIRKTableau
 from jaxadjoint.solvers._newton import solve_transposed_stage
 
@@ -108,10 +108,18 @@ def replay(rhs, tableau, y0, args, grid, ts=None):
     Each implicit stage ``k = f(t_i, base + gamma h k)`` is solved by full Newton (exact
     Jacobian at every iterate, dense solve), from the previous stage's slope, for a fixed
     number of iterations: `jax.grad` through converged Newton iterations is the
-    derivative of the root.  Saves: cubic Hermite on ``(y_n, k_1)``, ``(y_{n+1}, k_s)``.
+    derivative of the root.  Saves: the cubic with ``y_n``, ``y_{n+1}``, the end slope
+    ``k_s`` and ``p'(c_j) - r_j p'(0) = k_j - r_j k_1`` (`HermiteWeights`), written out.
     """
     g, s = tableau.gamma, tableau.num_stages
     a, b, c = (np.asarray(x) for x in (tableau.a, tableau.b, tableau.c))
+    # The interior stage j and its echo r_j of the first slope's stiff error.
+    r = [1.0]
+    for i in range(1, s):
+        r.append(-sum(a[i, m] * r[m] for m in range(i)) / g)
+    j = HermiteWeights.interior_stage(tableau)
+    c_j, r_j = float(c[j]), r[j]
+    den = (1 - c_j) * (1 - 3 * c_j) - r_j
 
     def step(y, times):
         t, t_next = times
@@ -129,10 +137,10 @@ def replay(rhs, tableau, y0, args, grid, ts=None):
 
             ks.append(jax.lax.fori_loop(0, NEWTON_ITERATIONS, newton, ks[-1]))
         y_new = y + h * sum(b[i] * ks[i] for i in range(s))
-        return y_new, (y, ks[0], ks[-1])
+        return y_new, (y, ks[j] - r_j * ks[0], ks[-1])
 
     grid = jnp.asarray(grid)
-    y_final, (ys, k_first, k_last) = jax.lax.scan(step, y0, (grid[:-1], grid[1:]))
+    y_final, (ys, k_inner, k_last) = jax.lax.scan(step, y0, (grid[:-1], grid[1:]))
     if ts is None:
         return y_final
     # The step holding each save (a constant); padding repeats t_T, whose saves (theta =
@@ -143,13 +151,16 @@ def replay(rhs, tableau, y0, args, grid, ts=None):
     # Each step's end: the next state (the final state for the last step).
     ys_end = jnp.concatenate([ys[1:], y_final[None]])
     ys, ys_end = (jnp.concatenate([x, y_final[None]]) for x in (ys, ys_end))
-    k_first = jnp.concatenate([k_first, rhs(grid[last], y_final, args)[None]])
+    # The last row (saves at t_T, theta = 0) only needs its slope at 0 to be f(t_T, y_T).
+    k_inner = jnp.concatenate([k_inner, den * rhs(grid[last], y_final, args)[None]])
     k_last = jnp.concatenate([k_last, jnp.zeros_like(k_last[:1])])
     h = jnp.concatenate([grid[1:] - grid[:-1], jnp.ones(1)])[index][:, None]
     theta = ((ts - grid[index]) / h[:, 0])[:, None]
-    return (ys[index] + theta**2 * (3 - 2 * theta) * (ys_end[index] - ys[index])
-            + h * theta * (1 - theta) ** 2 * k_first[index]
-            - h * theta**2 * (1 - theta) * k_last[index])
+    mean = (ys_end[index] - ys[index]) / h
+    u = (k_inner[index] - 6 * c_j * (1 - c_j) * mean
+         - (3 * c_j**2 - 2 * c_j) * k_last[index]) / den
+    return ys[index] + h * (theta**2 * (3 - 2 * theta) * mean + u * theta * (1 - theta) ** 2
+                            - theta**2 * (1 - theta) * k_last[index])
 
 
 def _brusselator_flat(t, y, args):
