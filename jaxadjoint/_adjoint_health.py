@@ -57,8 +57,21 @@ def step_weight(y: Array | None, stages: Array | None, atol: Array) -> Array:
     return jnp.abs(jax.lax.optimization_barrier(y)) + atol
 
 
+def integrand_feed(system: Any, params: Any, direction: Array, tau: Array, t_next: Array,
+                   y: Array | None, stages: Array | None, mu: Array) -> Array | None:
+    """``|h| |R_y(t_n, y_n)^T mu|``: about what the integrand's cotangent ``mu`` adds to the
+    adjoint in one step (`observe`'s floor), one vector-Jacobian product of ``R``; None
+    without an integrand."""
+    if not system.has_integrand:
+        return None
+    y = stages[0] if y is None else y
+    _, vjp = jax.vjp(lambda x: system.integrand(direction * tau, x, params), y)
+    return jnp.abs(t_next - tau) * jnp.abs(vjp(mu)[0])
+
+
 def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
-            fed: Array | None = None, weight: Array | None = None) -> Health:
+            fed: Array | None = None, weight: Array | None = None,
+            feed: Array | None = None) -> Health:
     """Account for reversing step ``n`` (from ``tau``): ``lam_in`` -> ``lam_out``.
 
     The growth is that of ``||weight * lam||_inf`` with ``weight = |y_n| + atol``
@@ -73,6 +86,10 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     stage, `_reverse.save_slopes_cotangent`) add within its reverse pass: growth in a step
     that received one is explained by it (it may start from an adjoint that is nearly
     zero), so such a step adds no excess.  Non-finite values are still caught.
+    ``feed`` (`integrand_feed`) is what an integrand's cotangent adds in every step: the
+    growth is measured from at least that (weighted), not from an adjoint the loss left
+    nearly zero at ``t1`` (``1e-12 y(t1) + integral``: a growth of 1e11 in one step, taken
+    for a blow-up).
     The norms read the adjoint through an optimisation barrier, so that watching it does
     not change how XLA fuses (and so rounds) the sweep's own arithmetic.
     """
@@ -80,6 +97,9 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     if weight is not None:
         lam_in, lam_out = weight * lam_in, weight * lam_out
     size_in, size_out = _size(lam_in), _size(lam_out)
+    if feed is not None:
+        feed = jax.lax.optimization_barrier(feed)
+        size_in = jnp.maximum(size_in, _size(feed if weight is None else weight * feed))
     both = (size_in > 0) & (size_out > 0)
     if fed is not None:
         both = both & ~jnp.any(jax.lax.optimization_barrier(fed) != 0)

@@ -72,7 +72,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from . import _reverse
-from ._adjoint_health import Health, healthy, observe, step_weight
+from ._adjoint_health import Health, healthy, integrand_feed, observe, step_weight
 from ._lanes import lanes_where, run_single_lane
 from ._reverse import (
     SaveCotangents,
@@ -257,7 +257,9 @@ def lanes_sweep(
             ln.direction, c["pbar"], kbar_saves,
         )
         health = observe(c["health"], n, tau, c["lam"], lam, kbar_saves,
-                         step_weight(y, stages, ln.system.tol.atol))
+                         step_weight(y, stages, ln.system.tol.atol),
+                         integrand_feed(ln.system, ln.params, ln.direction, tau, t_next, y,
+                                        stages, ln.mu))
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
                     health=health)

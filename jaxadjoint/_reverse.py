@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import Health, healthy, observe, step_weight
+from ._adjoint_health import Health, healthy, integrand_feed, observe, step_weight
 from ._lanes import any_lane_cond
 from ._save_cotangents import (
     SaveCotangents,
@@ -521,7 +521,8 @@ def reverse_sweep(
                 pbar, rows, slot,
             )
         health = observe(health, n, tau, lam_in, lam, kbar_saves,
-                         step_weight(y, stages, system.tol.atol))
+                         step_weight(y, stages, system.tol.atol),
+                         integrand_feed(system, params, direction, tau, t_next, y, stages, mu))
         return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)

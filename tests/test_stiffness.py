@@ -246,6 +246,38 @@ def test_non_finite_adjoint_is_refused_under_vmap():
                                                    jnp.array([0.5, 1.0])))
 
 
+def _decay(t, y, k):
+    return -k * y
+
+
+@pytest.mark.parametrize("weight", [0.0, 1e-30, 1.0])
+def test_an_integrand_feeding_a_near_zero_adjoint_is_no_blow_up(weight):
+    # loss = weight * sum y(t1) + integral of |y|^2: the adjoint starts (nearly) at zero and
+    # each step adds the integrand's cotangent; measured from 1e-30, that looked like a
+    # growth of 1e29 (a PDE user's acceptance test raised "the adjoint blew up").
+    def loss(y0, sensitivity):
+        sol = ja.solve(_decay, y0, 0.0, 1.0, 0.7, integrand=lambda t, y, k: jnp.sum(y**2),
+                       sensitivity=sensitivity, rtol=1e-8, atol=1e-8)
+        return weight * jnp.sum(sol.ys[-1]) + sol.integral
+
+    y0 = jnp.array([1.0, 2.0])
+    got = jax.grad(loss)(y0, ja.DiscreteAdjoint())
+    want = weight * np.exp(-0.7) + 2 * y0 * (1 - np.exp(-1.4)) / 1.4
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    np.testing.assert_allclose(got, jax.grad(loss)(y0, ja.DiscreteForward()), rtol=1e-13)
+
+
+def test_blow_up_with_an_integrand_is_still_refused():
+    # The integrand feeds the adjoint of a, not the singular b: its floor explains nothing.
+    def loss(y0, p):
+        sol = ja.solve(_singular_rhs, y0, 0.0, 1.0, p, integrand=lambda t, y, p: y[0] ** 2)
+        return sol.ys[-1, 0] + sol.integral
+
+    with pytest.raises(Exception, match="adjoint blew up"):
+        jax.block_until_ready(jax.grad(loss, argnums=(0, 1))(jnp.array([1.0, 1e-30]),
+                                                              jnp.asarray(0.5)))
+
+
 def test_no_blow_up_on_a_healthy_problem():
     # The same model with b(0) = 1: the derivative is what the replay says it is.
     y0 = jnp.array([1.0, 1.0])
