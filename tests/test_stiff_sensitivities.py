@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import accepted_grid, equations, max_rel_diff
+from helpers import accepted_grid, equations, fast_equilibrium, max_rel_diff
 from test_rosenbrock import ROBERTSON, ROBERTSON_TS, _scipy_normalised_sensitivities
 
 import jaxadjoint as ja
@@ -322,15 +322,6 @@ def test_kvaerno5_takes_its_steps_without_the_integrand():
     assert 100 < float(with_integral.integral) < 200  # y0^2 is between 0 and ~4 (165)
 
 
-def _fast_equilibrium(t, y, p):
-    # A + B <-> C -> P, the forward rate 10x the backward one (log scale).
-    del t
-    kf, kr, kc = jnp.exp(p)
-    a, b, c, _ = y
-    r = kf * a * b - kr * c
-    return jnp.stack([-r, -r, r - kc * c, kc * c])
-
-
 def test_kvaerno5_interpolated_sensitivities_on_a_fast_equilibrium():
     """Between nodes, Kvaerno5's saves are a cubic that leaves out ``k_1 = f(t_n, y_n)``:
     that slope amplified the Newton error of the sensitivity columns along the fast mode
@@ -340,7 +331,7 @@ def test_kvaerno5_interpolated_sensitivities_on_a_fast_equilibrium():
     ts = jnp.array([60.0, 100.0, 450.0])
 
     def saves(p, sensitivity):
-        sol = ja.solve(_fast_equilibrium, jnp.array([1.0, 0.8, 0.0, 0.0]), 0.0, 450.0, p,
+        sol = ja.solve(fast_equilibrium, jnp.array([1.0, 0.8, 0.0, 0.0]), 0.0, 450.0, p,
                        solver=ja.Kvaerno5(), saveat=ja.SaveAt(ts=ts), rtol=1e-8, atol=1e-8,
                        sensitivity=sensitivity, max_steps=4096)
         return sol.ys

@@ -5,6 +5,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import fast_equilibrium
 
 import jaxadjoint as ja
 from jaxadjoint.problems import (
@@ -72,15 +73,6 @@ def test_check_gradient_rejects_bad_tolerances():
         ja.check_gradient(lambda p, **o: p, jnp.ones(()), tighter=1.0)
 
 
-def _fast_equilibrium(t, y, p):
-    # A + B <-> C -> P, the forward rate 10x the backward one, both ~1e9 (log scale).
-    del t
-    kf, kr, kc = jnp.exp(p)
-    a, b, c, _ = y
-    r = kf * a * b - kr * c
-    return jnp.stack([-r, -r, r - kc * c, kc * c])
-
-
 def test_check_gradient_measures_roundoff_of_ill_conditioned_stiff_steps():
     # Rodas5 with gamma h kf ~ 1e10: reverse and forward mode on the same steps differ by
     # ~4e-8 (amplified round-off, the same with LU-transposed solves).  One-ulp parameter
@@ -88,7 +80,7 @@ def test_check_gradient_measures_roundoff_of_ill_conditioned_stiff_steps():
     # the noise; before them the check called this healthy gradient "WRONG ... a bug".
     def loss(p, **options):
         y0 = jnp.array([1.0, 0.8, 0.0, 0.0])
-        sol = ja.solve(_fast_equilibrium, y0, 0.0, 450.0, p, solver=ja.Rodas5(),
+        sol = ja.solve(fast_equilibrium, y0, 0.0, 450.0, p, solver=ja.Rodas5(),
                        max_steps=4096, **options)
         return sol.ys[-1, 2]
 
