@@ -41,7 +41,8 @@ def raise_if(x: T, pred: Array, message: Callable[..., str], *values: Array) -> 
 
     ``x`` (a pytree with at least one floating-point leaf) must be used by what the caller
     returns: the check runs only while its result is needed.  ``message`` receives the
-    ``values`` as NumPy scalars (of the first solve whose ``pred`` holds, under `vmap`).
+    ``values`` as NumPy scalars (of the first solve whose ``pred`` holds, under `vmap`,
+    whose index in the batch and count of failed solves the message then ends with).
     """
     leaves = jax.tree.leaves(x)
     if not any(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact) for leaf in leaves):
@@ -53,7 +54,12 @@ def raise_if(x: T, pred: Array, message: Callable[..., str], *values: Array) -> 
             first = np.unravel_index(int(np.argmax(pred)), pred.shape) if pred.ndim else ()
             picked = [np.asarray(v)[first] if np.ndim(v) == pred.ndim else np.asarray(v)
                       for v in values]
-            raise GradientError(message(*picked))
+            text = message(*picked)
+            if pred.ndim:  # batched by jax.vmap: say which solve of the batch
+                lane = first[0] if len(first) == 1 else tuple(int(i) for i in first)
+                text += (f" (Under jax.vmap: this is solve {lane} of a batch of shape "
+                         f"{pred.shape}; {int(pred.sum())} of its solves failed this check.)")
+            raise GradientError(text)
         return np.zeros(pred.shape, np.bool_)
 
     def failing(x: T) -> T:
