@@ -226,7 +226,8 @@ def jump_segments(
     # Empty segments (after the end) spend a few evaluations on their start: not counted.
     stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
     if system.throw:
-        ys, t_end, y_end = result.error_if((ys, t_end, y_end), result != RESULTS.successful)
+        ys, t_end, y_end, times, states = result.error_if(
+            (ys, t_end, y_end, times, states), result != RESULTS.successful)
     # Each segment's own pass refuses its own failure; reaching `max_events` or chattering
     # is decided here, after segments that succeeded.
     ys, t_end, y_end, times, states = fail_when_differentiated(

@@ -605,6 +605,18 @@ def test_out_of_events_without_saves_reports_nan_at_t1():
     assert np.all(np.isnan(np.asarray(sol.ys)))
 
 
+def test_a_failed_solve_raises_when_only_event_times_are_read():
+    """``throw=True`` under `jit`: a program reading only the event times of a solve out of
+    `max_events` returned them silently (a hybrid-systems acceptance test)."""
+
+    def bounce_times(p):
+        return ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 3.0, p, events=BOUNCE,
+                        max_events=2).events.times
+
+    with pytest.raises(Exception, match="reached `max_events`"):
+        jax.block_until_ready(jax.jit(bounce_times)(FREE))
+
+
 def test_zeno_ball_at_a_loose_tolerance_fails_clearly():
     """Restitution 0.5 at rtol 1e-6: the bounces' rebounds shrink below a step, and the
     ball, turned back by its last bounce, came back through the floor within the next
