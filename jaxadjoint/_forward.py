@@ -310,6 +310,12 @@ def _loop(system: System, problem: Problem, recorder: Recorder) -> _Loop:
             carry["result"] = RESULTS.where(
                 jnp.all(jnp.isfinite(carry["g"])), carry["result"],
                 RESULTS.event_condition_nonfinite)
+            if system.event_start is not None:
+                # A segment that starts after a jump: a NaN there is the jump's, not the
+                # condition's (whose message it got, an acceptance test).
+                carry["result"] = RESULTS.where(
+                    system.event_start & ~jnp.all(jnp.isfinite(y0)),
+                    RESULTS.event_jump_nonfinite, carry["result"])
         return carry
 
     def event_start(y0: Array) -> dict:

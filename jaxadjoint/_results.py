@@ -73,6 +73,10 @@ class RESULTS(eqx.Enumeration):
         "An event condition returned NaN or Inf at the start or after an accepted step: "
         "its sign, and so the event, is undefined. Check `Event.cond`."
     )
+    event_jump_nonfinite = (
+        "An event's jump returned a state with NaN or Inf, so the solve cannot go on after "
+        "the event. Check `Event.jump` (and the state it receives, `sol.events.ys`)."
+    )
     max_events_reached = (
         "The solve reached `max_events` events with a jump before `t1`. Increase "
         "`max_events`, or make the event terminal (no `jump`) if the solve should stop."

@@ -733,6 +733,15 @@ def test_nonfinite_condition_fails_clearly():
         ja.solve(drift, jnp.array([0.0]), 0.0, 1.0, events=event)
 
 
+def test_a_jump_to_nan_is_blamed_on_the_jump():
+    # It was reported as "An event condition returned NaN ... Check `Event.cond`" (a
+    # hybrid-systems acceptance test): the condition was fine, the jump was not.
+    event = ja.Event(lambda t, y, p: y[0], direction="falling",
+                     jump=lambda t, y, p: jnp.stack([y[0], jnp.sqrt(-1.0 - y[1] ** 2)]))
+    sol = ja.solve(ball, jnp.array([1.0, 0.0]), 0.0, 2.0, FREE, events=event, throw=False)
+    assert sol.result == ja.RESULTS.event_jump_nonfinite
+
+
 def test_zeno_ball_fails_clearly():
     """Restitution 0.5 from 2 m: infinitely many bounces before t = 1.92 (Zeno)."""
     _, (_, sol) = jax.jit(bouncing)(FREE.at[0].set(0.5))
