@@ -484,11 +484,11 @@ def _describe(atol: Any) -> str:
 
 
 def _roundoff_noise(fns: tuple, gradients: tuple, value: float, flat: Array, rtol: float,
-                    atol: Any, evaluate: Callable, scale: float = 0.0) -> float:
+                    atol: Any, evaluate: Callable) -> float:
     """How far the gradients of ``fns`` move when each parameter moves by one unit in its
     last place (`NOISE_SAMPLES` random signs), or when the loss's cotangent seed is
-    ``1 + k eps`` (`NOISE_SEEDS`): their round-off noise on this step grid (relative, with
-    ``scale`` in the denominator at a stationary point).
+    ``1 + k eps`` (`NOISE_SEEDS`): their round-off noise on this step grid, relative to
+    the gradients themselves (stationary or not, as the same-grid row they widen).
 
     The seeds leave the forward solve, and so the steps, untouched and round every product
     of the reverse sweep anew.  They are what measures an ill-conditioned stiff step: on
@@ -514,10 +514,10 @@ def _roundoff_noise(fns: tuple, gradients: tuple, value: float, flat: Array, rto
             expected = abs(float(np.dot(g, delta))) + 1e3 * eps * abs(value)
             if abs(v - value) > 2 * expected or not np.all(np.isfinite(g_moved)):
                 continue
-            noise = max(noise, _relative(g_moved, g, scale))
+            noise = max(noise, _relative(g_moved, g))
     for k in NOISE_SEEDS:
         for fn, g in zip(fns, gradients):
             g_seeded = evaluate(fn, flat, rtol, atol, k)[1]
             if np.all(np.isfinite(g_seeded)):
-                noise = max(noise, _relative(g_seeded, g, scale))
+                noise = max(noise, _relative(g_seeded, g))
     return noise

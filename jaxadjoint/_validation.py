@@ -313,13 +313,15 @@ def check_save_times(ts: Array, t0: Array, t1: Array, given: Any = None) -> Arra
         raise ValueError(f"`saveat` must be a non-empty 1-D array of times, got shape {ts.shape}")
     xp = _np_or_jnp(ts, t0, t1)
     eps = float(np.finfo(ts.dtype).eps)  # a Python float: weakly typed
-    if given is not None and np.issubdtype(given, np.floating):
-        eps = max(eps, float(np.finfo(given).eps))
+    # The times came in a coarser floating dtype than the solve's (float32 into float64).
+    coarser = (given is not None and np.issubdtype(given, np.floating)
+               and np.finfo(given).eps > eps)
+    if coarser:
+        eps = float(np.finfo(given).eps)
     slack = 16 * eps * xp.maximum(xp.abs(t0), xp.abs(t1))
     clipped = xp.clip(ts, xp.minimum(t0, t1), xp.maximum(t0, t1))
     snapped = xp.where(xp.abs(ts - clipped) <= slack, clipped, ts)
-    if given is not None and np.issubdtype(given, np.floating) and \
-            np.finfo(given).eps > np.finfo(ts.dtype).eps:
+    if coarser:
         for end in (t0, t1):
             rounded = xp.asarray(end).astype(given).astype(ts.dtype)
             snapped = xp.where(ts == rounded, end, snapped)
