@@ -65,15 +65,18 @@ from ._system import Problem, System
 
 
 def replay_event(
-    system: System, problem: Problem, rows: DenseRows, event: EventRecord
+    system: System, problem: Problem, rows: DenseRows, event: EventRecord, y_end: Array
 ) -> tuple[Array, Array]:
     """``(tau*, u(tau*))`` on replayed ``rows``: the event time's implicit derivative.
 
     Newton steps of ``g(tau, u(tau)) = 0`` from the recorded root, whose value is the root
     itself and whose derivative is ``-(dg) / gdot`` (`_events`); a solve that no event
-    stopped ends at ``t1``.  Two steps: one, from the fixed recorded root, has the root's
-    first derivatives; the second, from that moving point, its second derivatives too
-    (Newton's quadratic convergence, in the perturbation), for Hessians.  With one step a
+    stopped ends at ``(t1, y_end)``, the replay's state at ``t1`` as a save there reads it
+    (with its second derivative in ``t1``: on the final row alone it was the row's
+    curvature, d2h/dT2 = +50 for a falling ball's -9.81).  Two steps: one, from the fixed
+    recorded root, has the root's first derivatives; the second, from that moving point,
+    its second derivatives too (Newton's quadratic convergence, in the perturbation), for
+    Hessians.  With one step a
     bounce time's second derivative was 23.9 where it is 1.81.  The second step's residual
     is a Taylor polynomial of ``g`` at the root (exact to the order it needs): evaluating
     ``g`` at the moving point instead made XLA on CPU fail to compile `jax.hessian`
@@ -93,6 +96,10 @@ def replay_event(
         return jax.jvp(g, (tau,), (one,))
 
     (g_star, gdot), (_, curvature) = jax.jvp(slope, (tau_star,), (one,))
+    # Without an event the Newton steps are discarded, and their slope may be zero (an
+    # empty segment after the last event, from a state at rest): dividing by it there
+    # made the transposed steps NaN (``0 / 0``) and so every reverse-mode derivative.
+    gdot = jnp.where(event.fired, gdot, 1)
     first = tau_star - (g_star - jax.lax.stop_gradient(g_star)) / gdot
     # The second step's residual g(first), by its Taylor polynomial at the root in the
     # offset (zero in value): exact to second order in the inputs, which is what the step
@@ -102,7 +109,7 @@ def replay_event(
     g_first = g_star + gdot * offset + 0.5 * curvature * offset**2
     second = first - (g_first - jax.lax.stop_gradient(g_first)) / gdot
     tau = jnp.where(event.fired, second, direction * problem.t1)
-    return tau, event_state(weights, rows, event.row, tau)
+    return tau, jnp.where(event.fired, event_state(weights, rows, event.row, tau), y_end)
 
 
 # Slots of ``max_steps`` per chunk of the replay: a chunk past the last accepted step is
@@ -112,9 +119,10 @@ REPLAY_CHUNK = 16
 
 def replay(
     system: System, problem: Problem, grid: Array, num_accepted: Array, rows: DenseRows,
-    stages: Array | None = None,
-) -> tuple[Array, Array, DenseRows]:
-    """Re-run the solve on a fixed grid: ``(ys, integral, rows)``, differentiable by JAX.
+    stages: Array | None = None, with_end: bool = False,
+) -> tuple[Array, ...]:
+    """Re-run the solve on a fixed grid: ``(ys, integral, rows)``, differentiable by JAX;
+    ``with_end``: and the state at ``t1`` as a save there would read it.
 
     Performs the forward loop's arithmetic step for step (``k1 = f(t_n, y_n)``, the
     stage at ``t_next`` is evaluated at the grid value), so the values are those of the
@@ -224,13 +232,17 @@ def replay(
     bend = curvature - first_weight_curvature(plan) * final_slopes[0]
     bend = jnp.where(jnp.isfinite(bend), bend, 0)  # must not turn the value into NaN
     ys = ys + 0.5 * (delta**2)[:, None] * bend
+    if with_end:
+        tau_end = direction * t1
+        delta_end = jnp.where(tau_end >= jax.lax.stop_gradient(tau_final), tau_end - tau_final, 0)
+        y_end = event_state(plan.weights, final, last, tau_end) + 0.5 * delta_end**2 * bend
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         # Midpoint rules, exact to second order as ``y0`` above.
         y1_mid = y_final + dt1 / 2 * direction * k_final  # k_final = f in internal time
         q = (q - dt0 * system.integrand(t0 - dt0 / 2, problem.y0 - dt0 / 2 * f0, params)
              + dt1 * system.integrand(t1 - dt1 / 2, y1_mid, params))
-    return ys, q, final
+    return (ys, q, final, y_end) if with_end else (ys, q, final)
 
 
 @eqx.filter_custom_jvp
@@ -258,11 +270,13 @@ def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     problem_dot = materialise_tangent(problem, problem_dot)
 
     def run(p: Problem) -> tuple[Array, Array, DenseRows, Any]:
-        ys, q, rows = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows,
-                             fwd.store if keep else None)
+        stages = fwd.store if keep else None
         if fwd.event is None:
+            ys, q, rows = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows, stages)
             return ys, q, rows, None
-        tau, y = replay_event(system, p, rows, fwd.event)
+        ys, q, rows, y_end = replay(system, p, fwd.grid, fwd.num_accepted, fwd.rows, stages,
+                                    with_end=True)
+        tau, y = replay_event(system, p, rows, fwd.event, y_end)
         # Saves after a terminal event are NaN constants.
         ys = jnp.where((direction * p.ts > fwd.event.tau)[:, None], jnp.nan, ys)
         return ys, q, rows, (direction * tau, y)

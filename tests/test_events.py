@@ -286,6 +286,52 @@ def test_bounce_times_second_derivatives_closed_form():
     np.testing.assert_allclose(jax.jit(jax.hessian(times))(q), want, rtol=1e-8, atol=1e-10)
 
 
+def end_height(x, h0, save_at_end):
+    """Height at ``t1 = x[0]`` of the free ball with restitution ``x[1]`` dropped from ``h0``
+    (`DiscreteForward`, ``saveat=None`` or a save on ``t1``): ``(height, gradient)``."""
+
+    def height(x):
+        p = FREE.at[0].set(x[1]).at[1].set(h0)
+        sol = ja.solve(ball, jnp.stack([h0, jnp.zeros_like(h0)]), 0.0, x[0], p, events=BOUNCE,
+                       saveat=x[:1] if save_at_end else None, rtol=1e-8, atol=1e-8,
+                       max_events=2, max_steps=64, sensitivity=ja.DiscreteForward())
+        return sol.ys[-1, 0]
+
+    def gradient(x):
+        value, gradient = jax.value_and_grad(height)(x)
+        return gradient, (value, gradient)
+
+    return jax.jacfwd(gradient, has_aux=True)(x)
+
+
+@pytest.mark.parametrize("save_at_end", [False, True], ids=["no-saves", "save-on-t1"])
+def test_discrete_forward_reverse_mode_and_t1_hessian_through_jumps(save_at_end):
+    """`DiscreteForward` with a jump, differentiated in ``t1`` and the restitution: reverse
+    mode (`jax.grad`, the inner derivative of `jax.hessian`) against the closed form, when
+    no bounce happens before ``t1`` and after one.  Without a bounce the gradient was NaN:
+    the event's replayed Newton step divided by the condition's slope, zero in the empty
+    segment after the end (a ball at rest), and its transpose made ``0 / 0``.  With
+    ``saveat=None`` d2h/dT2 was +50.4 for -9.81: the end state was read on the final row,
+    whose interpolant curves by its own amount (a hybrid-systems acceptance test)."""
+
+    def closed_form(x, h0, bounced):
+        t, e = x
+        if not bounced:
+            return h0 - 0.5 * GRAVITY * t**2
+        t_bounce = jnp.sqrt(2 * h0 / GRAVITY)
+        return e * GRAVITY * t_bounce * (t - t_bounce) - 0.5 * GRAVITY * (t - t_bounce) ** 2
+
+    compiled = jax.jit(end_height, static_argnums=2)
+    x = jnp.array([1.5, 0.8])
+    for h0, bounced in [(20.0, False), (5.0, True)]:
+        hessian, (value, gradient) = compiled(x, jnp.asarray(h0), save_at_end)
+        np.testing.assert_allclose(value, closed_form(x, h0, bounced), rtol=1e-8)
+        np.testing.assert_allclose(gradient, jax.grad(closed_form)(x, h0, bounced), rtol=1e-8,
+                                   atol=1e-12)
+        np.testing.assert_allclose(hessian, jax.hessian(closed_form)(x, h0, bounced),
+                                   rtol=1e-7, atol=1e-10)
+
+
 @jax.jit
 def replay_segment(p, y, t_start, grid, clipped, t_end, discrete, ts):
     """One segment of the ball replayed on ``grid`` (`replay_event`, the textbook formulas):
