@@ -36,6 +36,7 @@ from jax import Array
 
 from ._adjoint import plain_solve
 from ._forward import Recorder, forward_loop
+from ._lanes import any_lane_cond
 from ._matmul import matmul
 from ._results import RESULTS
 from ._sensitivity_base import AbstractSensitivity, SolveOutput
@@ -153,10 +154,14 @@ def _solve_jvp(primals, tangents):
                     h_near * h_far * (h_far - h_near))
                 return jnp.where(ok_far & ok3, slope, central)
 
-            def two_sided(_):
-                return central
-
-            value = jax.lax.cond(okp & okm, two_sided, one_sided, None)
+            # Under `jax.vmap` the sides differ between lanes: `any_lane_cond` runs the
+            # far solve once for all lanes if any needs it.  (A `jax.lax.cond` there is a
+            # select that broadcasts its operands to the batch, the solves' constants
+            # included, which `jax.custom_batching` refuses: a bare AssertionError from
+            # `vmap` over `t1` or the save times, a user's acceptance test.)
+            need = ~(okp & okm)
+            value = any_lane_cond(
+                need, lambda: jnp.where(need, one_sided(None), central), lambda: central)
             return value, ok1 & ok2 & (okp | okm)
         xp, hp, okp = bumped(k, 1.0)
         xm, hm, _ = bumped(k, -1.0)

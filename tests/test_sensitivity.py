@@ -196,6 +196,29 @@ def test_finite_differences_of_repeated_and_end_save_times():
     np.testing.assert_allclose(got, -0.7 * jnp.exp(-0.7 * ts), rtol=1e-5)
 
 
+def test_finite_differences_under_vmap_over_times():
+    """`jax.vmap` over the save times and ``t1`` (irregular time series, each trajectory its
+    own): a bare AssertionError from `jax.custom_batching` (the one-sided difference's
+    `cond` had a batched predicate), a user's acceptance test.  ``y' = -k y``:
+    ``dy(t_j)/dt_j = -k y(t_j)``, ``d/dk = -t_j y(t_j)``; a lane whose save is on ``t1``
+    takes its one-sided difference."""
+    ts = jnp.array([[0.3, 0.8], [0.5, 1.5]])
+    t1 = jnp.array([1.0, 1.5])
+
+    def saves(k, ts, t1):
+        def one(ts, t1):
+            return ja.solve(lambda t, y, k: -k * y, jnp.array([1.0]), 0.0, t1, k, saveat=ts,
+                            rtol=1e-10, atol=1e-10, sensitivity=ja.FiniteDifferences()).ys[:, 0]
+
+        return jax.vmap(one)(ts, t1)
+
+    d_k, d_ts, d_t1 = jax.jit(jax.jacrev(saves, argnums=(0, 1, 2)))(0.7, ts, t1)
+    y = jnp.exp(-0.7 * ts)
+    np.testing.assert_allclose(d_k, -ts * y, rtol=1e-5)
+    np.testing.assert_allclose(jnp.einsum("ijij->ij", d_ts), -0.7 * y, rtol=1e-5)
+    np.testing.assert_allclose(d_t1, 0.0, atol=1e-7)
+
+
 def test_finite_differences_name_an_input_that_cannot_be_bumped():
     """A save time at ``t0`` of an interval shorter than the bump leaves ``[t0, t1]``
     either way: the error says so, and no longer only blames a failed solve."""
