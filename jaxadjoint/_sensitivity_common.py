@@ -28,6 +28,7 @@ from jax.flatten_util import ravel_pytree
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
 from ._results import RESULTS
+from ._runtime_error import raise_if
 from ._system import System
 from .solvers._base import AbstractSolver
 
@@ -84,8 +85,16 @@ def fail_if_differentiated_failure(system: Any, value: Any, result: Array) -> An
 def _refuse_failure(value: Any, result: Any, throw: bool) -> Any:
     failed = result != RESULTS.successful
     if throw:
+        # The same error as the forward pass's (`to_solve_output`), of the same type.
         return result.error_if(value, failed)
-    return eqx.error_if(value, failed, RESULTS[RESULTS.failed_solve_differentiated])
+
+    # `raise_if`, not `equinox.error_if`: under `jax.vmap` the message names the first
+    # failed solve of the batch and how many failed, and it says what the failure was.
+    def message(code: Any) -> str:
+        failure = RESULTS._index_to_message[int(code)]
+        return f"{RESULTS[RESULTS.failed_solve_differentiated]} The failure: {failure}"
+
+    return raise_if(value, failed, message, result._value)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
