@@ -53,11 +53,15 @@ def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> Sol
         e = out.event
         event = EventOutput(problem.direction * e.tau, e.y, e.fired, e.which,
                             jax.lax.stop_gradient(e.scale), jax.lax.stop_gradient(e.pending))
+    stats = out.stats
     if system.throw:
-        ys, integral, dense, event = result.error_if(
-            (ys, integral, dense, event), result != RESULTS.successful
+        # The statistics too: a program that reads only them (integers, `sol.stats`)
+        # otherwise got a failed solve's counts without an error.  (Not ``steps``: tied,
+        # its padding could no longer be dropped where it is not read, `padded_grid`.)
+        ys, integral, dense, event, stats = result.error_if(
+            (ys, integral, dense, event, stats), result != RESULTS.successful
         )
-    return SolveOutput(ys, integral, Record(steps, out.stats, result), dense, event)
+    return SolveOutput(ys, integral, Record(steps, stats, result), dense, event)
 
 
 def plain_solve(system: System, problem: Problem) -> SolveOutput:

@@ -651,16 +651,18 @@ def test_out_of_events_without_saves_reports_nan_at_t1():
     assert np.all(np.isnan(np.asarray(sol.ys)))
 
 
-def test_a_failed_solve_raises_when_only_event_times_are_read():
+@pytest.mark.parametrize("read", ["times", "count", "which", "stats"])
+def test_a_failed_solve_raises_when_only_event_times_are_read(read):
     """``throw=True`` under `jit`: a program reading only the event times of a solve out of
-    `max_events` returned them silently (a hybrid-systems acceptance test)."""
+    `max_events` returned them silently, and so one reading only integers (the count 3
+    from ``max_events=2``; a hybrid-systems acceptance test)."""
 
-    def bounce_times(p):
-        return ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 3.0, p, events=BOUNCE,
-                        max_events=2).events.times
+    def bounce_log(p):
+        sol = ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 3.0, p, events=BOUNCE, max_events=2)
+        return sol.stats if read == "stats" else getattr(sol.events, read)
 
     with pytest.raises(Exception, match="reached `max_events`"):
-        jax.block_until_ready(jax.jit(bounce_times)(FREE))
+        jax.block_until_ready(jax.jit(bounce_log)(FREE))
 
 
 def test_zeno_ball_at_a_loose_tolerance_fails_clearly():

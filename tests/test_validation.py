@@ -558,6 +558,19 @@ def test_failures_raise_with_throw():
         jax.block_until_ready(solve_no_throw(with_nan(DIFF), 2.1, 1e-7, throw=True))
 
 
+def test_failures_raise_when_only_integers_are_read():
+    """``throw=True`` under `jit`: a program that read only ``sol.stats`` of a solve out of
+    ``max_steps`` got them without an error."""
+
+    def record(k):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 10.0, k, max_steps=3,
+                       rtol=1e-10, atol=1e-10)
+        return sol.stats
+
+    with pytest.raises(Exception, match="reached `max_steps` before `t1`"):
+        jax.block_until_ready(jax.jit(record)(1.0))
+
+
 def test_failure_under_grad_reports_its_cause():
     """With throw=True the forward pass's own message (here max_steps) reaches the user:
     the backward pass's 'failed solve was differentiated' check runs only with throw=False."""
