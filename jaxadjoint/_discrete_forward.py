@@ -76,11 +76,10 @@ def replay_event(
     curvature, d2h/dT2 = +50 for a falling ball's -9.81).  Two steps: one, from the fixed
     recorded root, has the root's first derivatives; the second, from that moving point,
     its second derivatives too (Newton's quadratic convergence, in the perturbation), for
-    Hessians.  With one step a
-    bounce time's second derivative was 23.9 where it is 1.81.  The second step's residual
-    is a Taylor polynomial of ``g`` at the root (exact to the order it needs): evaluating
-    ``g`` at the moving point instead made XLA on CPU fail to compile `jax.hessian`
-    ("Failed to translate module to LLVM IR", jax 0.10.2).
+    Hessians.  With one step a bounce time's second derivative was 23.9 where it is 1.81.
+    The second step's residual is a Taylor polynomial of ``g`` at the root (exact to the
+    order it needs): evaluating ``g`` at the moving point instead made XLA on CPU fail to
+    compile `jax.hessian` ("Failed to translate module to LLVM IR", jax 0.10.2).
     """
     params, direction = problem.params, problem.direction
     weights = system.stage_plan.weights
