@@ -151,15 +151,20 @@ def first_order_only(name: str, tangent: Any, primals: Any) -> Any:
     differentiate it to zero.  The tangent is scaled by a one that depends on every
     primal input (by a `jnp.where`, so that no NaN or Inf input leaks into it) and whose
     own derivative raises.
+
+    Inside `jax.lax.scan` (`fori_loop`, ...) under reverse mode JAX evaluates the marker by
+    its primal alone and never calls its rule (a Hessian through a multiple-shooting scan
+    came out zero).  So the one is also ``1 + sqrt(0 * x)``, whose derivative is NaN: the
+    second derivative there is NaN, never a silent zero.
     """
     leaves = [x for x in jax.tree.leaves(primals) if eqx.is_inexact_array(x)]
     if not leaves:
         return tangent
     dtype = leaves[0].dtype
-    one = jnp.ones((), dtype)
-    for x in leaves:
-        one = jnp.where(True, one, jnp.sum(x).astype(dtype))
-    one = _first_order_marker(name, one)
+    total = sum(jnp.sum(x).astype(dtype) for x in leaves)
+    # Zero in value (also for a NaN or Inf input), NaN in derivative (sqrt at 0).
+    zero = jnp.where(jnp.isfinite(total), 0 * total, 0)
+    one = _first_order_marker(name, 1 + jnp.sqrt(zero))
     return jax.tree.map(lambda t: t * one.astype(t.dtype), tangent)
 
 

@@ -7,9 +7,12 @@ Rodas5's does not: its main and embedded solutions differ only in stages evaluat
 ``t_n + h``, so a change of ``f`` in ``t`` alone within a step cancels from the estimate
 (the solver's ``estimate_sees_time_changes``, from its tableau), and the saves come out
 wrong by far more than ``rtol`` with no sign of it (README, "Inputs that switch in time").
-`warn_if_switching_in_time` looks for such a switch when the solve is traced: a comparison
-whose operands depend on ``t``, found by following ``t`` through the jaxpr of ``rhs`` (into
-nested jaxprs too).
+`warn_if_switching_in_time` looks for such a switch when the solve is traced: an operation
+that jumps or kinks in an operand that depends on ``t`` (a comparison, ``floor``, ``sign``,
+``max``/``min`` (``relu``), ``abs``, ``%``, a conversion to an integer (a table index)),
+found by following ``t`` through the jaxpr of ``rhs`` (into nested jaxprs too).  Before,
+only comparisons: a clamped table lookup (``jnp.take(table, t.astype(int), mode="clip")``),
+``(sign(1 - t) + 1) / 2`` and ``relu(1 - t)`` went unwarned (a control user's test).
 """
 
 from __future__ import annotations
@@ -22,15 +25,29 @@ import equinox as eqx
 import jax
 import jax.extend.core as jex
 
-_COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+# Operations that jump or kink in their operands.
+_SWITCHES = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "floor", "ceil", "round", "sign",
+                       "max", "min", "clamp", "abs", "rem"})
+
+
+def _switches(eqn: Any) -> bool:
+    """Whether ``eqn`` jumps or kinks in its operands (a conversion to an integer or a
+    boolean is a table index or a test)."""
+    if eqn.primitive.name in _SWITCHES:
+        return True
+    if eqn.primitive.name == "convert_element_type":
+        new = eqn.params["new_dtype"]
+        return jax.numpy.issubdtype(new, jax.numpy.integer) or new == jax.numpy.bool_
+    return False
 
 
 class TimeSwitchWarning(UserWarning):
     """The right-hand side switches in time where the solver's error estimate cannot see it."""
 
 
-def _compares(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
-    """Whether a comparison in ``jaxpr`` reads a value that depends on a tainted input.
+def _reads_a_switch(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
+    """Whether a switch (`_switches`) in ``jaxpr`` reads a value that depends on a tainted
+    input.
 
     A nested jaxpr whose inputs are not the equation's own (loops' constants and carries)
     is searched with all of its inputs tainted: a false alarm there is a warning too many,
@@ -45,7 +62,7 @@ def _compares(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
         inputs = [depends(x) for x in eqn.invars]
         if not any(inputs):
             continue
-        if eqn.primitive.name in _COMPARISONS:
+        if _switches(eqn):
             return True
         for sub in jex.jaxprs_in_params(eqn.params):
             inner = getattr(sub, "jaxpr", sub)
@@ -55,7 +72,7 @@ def _compares(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
                 inner_tainted = inputs[1:]
             else:
                 inner_tainted = [True] * len(inner.invars)
-            if _compares(inner, inner_tainted):
+            if _reads_a_switch(inner, inner_tainted):
                 return True
         for out in eqn.outvars:
             taint[out] = True
@@ -63,7 +80,7 @@ def _compares(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
 
 
 def switches_in_time(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
-    """Whether ``rhs(t, y, args)`` compares a value computed from ``t`` (one trace)."""
+    """Whether ``rhs(t, y, args)`` switches on a value computed from ``t`` (one trace)."""
     dynamic, static = eqx.partition(args, eqx.is_array)
 
     def field(t, y, dynamic):
@@ -71,7 +88,7 @@ def switches_in_time(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
 
     closed = jax.make_jaxpr(field)(t0, y0, dynamic)
     inputs = closed.jaxpr.invars
-    return _compares(closed.jaxpr, [True] + [False] * (len(inputs) - 1))
+    return _reads_a_switch(closed.jaxpr, [True] + [False] * (len(inputs) - 1))
 
 
 def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args: Any) -> None:
@@ -81,12 +98,13 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
     if not switches_in_time(rhs, t0, y0, args):
         return
     warnings.warn(
-        f"`rhs` compares the time `t` (a `jnp.where`, `lax.cond` or table lookup on t): if "
-        f"it switches or kinks there, {type(solver).__name__}'s error estimate does not "
-        "see a step across the switch, and the solution can be wrong by far more than "
-        "`rtol` with no other sign (a switched infusion: 3e-4 at rtol=1e-9). Make the "
-        "switch an `Event` (also the only way to differentiate in its time), or use "
-        "Rodas4 or Kvaerno5. README, 'Inputs that switch in time'. (Silence with "
+        "`rhs` switches on the time `t` (a `jnp.where`, `lax.cond`, table lookup, floor, "
+        "sign, max/min or abs of t): if it switches or kinks there, "
+        f"{type(solver).__name__}'s error estimate does not see a step across the switch, "
+        "and the solution can be wrong by far more than `rtol` with no other sign (a "
+        "switched infusion: 3e-4 at rtol=1e-9). Make the switch an `Event` (also the only "
+        "way to differentiate in its time), or use Rodas4 or Kvaerno5. README, 'Inputs "
+        "that switch in time'. (Silence with "
         "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
         TimeSwitchWarning, stacklevel=4,
     )

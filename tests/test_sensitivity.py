@@ -292,6 +292,30 @@ def test_first_order_methods_refuse_second_derivatives(method):
         with pytest.raises(TypeError, match="gives first derivatives only"):
             second(p)
 
+    # Inside `lax.scan` JAX never calls the marker's rule: the Hessian was zero there, it
+    # is NaN now (two shooting intervals, the parameter scanned over; a control user's
+    # acceptance test), while the first derivative stays that of the plain loop.
+    def shooting(ps):
+        def interval(y, p):
+            return ja.solve(growth_rhs, y, 0.0, 0.5, p, rtol=1e-8, atol=1e-8,
+                            sensitivity=method, max_steps=MAX_STEPS).ys[-1], None
+
+        return jax.lax.scan(interval, jnp.asarray(1.5), ps)[0]
+
+    ps = jnp.array([0.8, 0.6])
+    assert np.all(np.isnan(np.asarray(jax.jit(jax.hessian(shooting))(ps))))
+    plain = jax.grad(lambda ps: final_of_two(ps, ja.DiscreteAdjoint()))(ps)
+    np.testing.assert_allclose(jax.jit(jax.grad(shooting))(ps), plain, rtol=1e-6)
+
+
+def final_of_two(ps, method):
+    """`y` after two intervals of length 0.5 with parameters ``ps[0]``, ``ps[1]``."""
+    y = jnp.asarray(1.5)
+    for p in ps:
+        y = ja.solve(growth_rhs, y, 0.0, 0.5, p, rtol=1e-8, atol=1e-8, sensitivity=method,
+                     max_steps=MAX_STEPS).ys[-1]
+    return y
+
 
 def test_finite_differences_default_step_follows_the_dtype():
     """In float32 the float64 default bump (1e-6) divided round-off by itself: 45 % off
