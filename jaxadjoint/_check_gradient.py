@@ -186,7 +186,8 @@ class GradientCheck:
         discrete = same_grid.expected == ROUNDOFF
         if self.ok:
             exact = (
-                "the gradient is the exact derivative of the computed solution, and it "
+                "the gradient is the exact derivative of the computed solution (in t0 and "
+                "t1, if differentiated, by the continuous rule f(t, y)), and it "
                 if discrete else "the gradient "
             )
             return f"OK: {exact}agrees with the derivative of the ODE to within the tolerance."
