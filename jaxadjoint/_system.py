@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
@@ -91,8 +92,11 @@ class System(eqx.Module):
     def rhs(self, t: Array, y: Array, params: Any) -> Array:
         """The user's ``rhs`` in real time on the flat state."""
         args, rhs, _, _ = self._parts(params)
-        out = ravel_pytree(rhs(t, self.unravel_y(y), args))[0]
-        return out.astype(y.dtype)
+        state = self.unravel_y(y)
+        # A Python number in the output (a clock's rate) takes its state leaf's dtype.
+        out = jax.tree.map(lambda o, s: jnp.asarray(o, s.dtype) if isinstance(o, (int, float))
+                           else o, rhs(t, state, args), state)
+        return ravel_pytree(out)[0].astype(y.dtype)
 
     def integrand(self, t: Array, y: Array, params: Any) -> Array:
         """The user's ``integrand`` ``R(t, y, args)`` in real time, flat."""

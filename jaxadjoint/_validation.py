@@ -412,6 +412,9 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
         )
     for (path, o), y in zip(jax.tree_util.tree_leaves_with_path(out), jax.tree.leaves(y0)):
         where = jax.tree_util.keystr(path) or "the root"
+        if isinstance(o, (int, float)) or getattr(o, "weak_type", False):
+            # A Python number (weakly typed): it takes the state's dtype, as in arithmetic.
+            o = jax.ShapeDtypeStruct(np.shape(o), jnp.result_type(y))
         if o.shape != jnp.shape(y):
             raise ValueError(
                 f"`{name}` returned shape {o.shape} at {where} but `y0` has shape "

@@ -70,6 +70,23 @@ def test_rhs_output_mismatch_in_pytree_state():
         solve(rhs=lambda t, y, args: -jnp.stack(y), y0=[1.0, 2.0])
 
 
+def test_rhs_may_return_python_numbers():
+    """A leaf of ``rhs``'s output may be a Python number (a clock's rate): it takes the
+    state's dtype, as in arithmetic, with no precision warning.  It crashed the output
+    check (`'float' object has no attribute 'shape'`; a JAX user's acceptance test)."""
+    state = {"x": jnp.array(1.0, jnp.float32), "clock": jnp.array(0.0, jnp.float32)}
+
+    def rhs(t, y, k):
+        return {"x": -k * y["x"], "clock": 1.0}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ys = ja.solve(rhs, state, 0.0, 1.0, 1.0, rtol=1e-5, atol=1e-5).ys
+    np.testing.assert_allclose(ys["clock"], [1.0], rtol=1e-6)
+    assert ys["clock"].dtype == jnp.float32
+    np.testing.assert_allclose(ja.solve(lambda t, y, a: 1.0, 0.0, 0.0, 2.0).ys, [2.0], rtol=1e-14)
+
+
 def test_rhs_that_fails_is_reported_with_context():
     def bad(t, y, args):
         raise TypeError("boom")
