@@ -206,6 +206,7 @@ def solve(
     max_events = check.as_python_int("max_events", max_events)
     check.check_python_float_nan("args", args)
     events = as_events(events)
+    check.check_not_differentiated_without_jit((y0, t0, t1, args, saveat, rhs, integrand))
     if uses_quadrature_state(solver, integrand, saveat, events):
         # Stiff solvers integrate the integral as extra state (`_stiff_quadrature`).
         return solve_with_quadrature_state(

@@ -477,6 +477,23 @@ def _autodiff_levels(x: Any) -> tuple[bool, int]:
     return forward, levels
 
 
+def check_not_differentiated_without_jit(inputs: Any) -> None:
+    """Raise a clear error when a solve is differentiated under `jax.disable_jit()`.
+
+    Every sensitivity method's derivative rule (equinox's filtered custom derivatives)
+    then meets its closure-converted right-hand side with other arguments than it was
+    converted with, and failed with equinox's "Closure-converted function called with
+    different dynamic arguments" (a JAX user's acceptance test: debugging under
+    `disable_jit`).  The solve itself works there."""
+    if _JVPTracer is None or not jax.config.jax_disable_jit:
+        return
+    if any(any(_autodiff_levels(leaf)) for leaf in jax.tree.leaves(inputs)):
+        raise TypeError(
+            "A solve cannot be differentiated under `jax.disable_jit()` (its derivative "
+            "rules work on traced programs only). Take the derivative with jit enabled; "
+            "under `disable_jit` the solve itself runs, for debugging.")
+
+
 def check_steps_not_differentiated(named: dict[str, Any]) -> None:
     """Raise a clear error when a tolerance or a step size or grid (``dt0``, a controller's
     ``dt`` or ``ts``) is differentiated.  Every sensitivity method takes the steps as

@@ -87,6 +87,20 @@ def test_rhs_may_return_python_numbers():
     np.testing.assert_allclose(ja.solve(lambda t, y, a: 1.0, 0.0, 0.0, 2.0).ys, [2.0], rtol=1e-14)
 
 
+def test_differentiating_under_disable_jit_is_refused_clearly():
+    """Under `jax.disable_jit()` every method's derivative failed with equinox's
+    "Closure-converted function called with different dynamic arguments"; now a clear
+    `TypeError`, while the solve itself still runs (a JAX user's acceptance test)."""
+
+    def loss(k):
+        return jnp.sum(ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 1.0, k).ys)
+
+    with jax.disable_jit():
+        np.testing.assert_allclose(loss(1.0), 2 * np.exp(-1.0), rtol=1e-5)
+        with pytest.raises(TypeError, match=r"cannot be differentiated under `jax.disable_jit"):
+            jax.grad(loss)(1.0)
+
+
 def test_rhs_that_fails_is_reported_with_context():
     def bad(t, y, args):
         raise TypeError("boom")
