@@ -71,6 +71,22 @@ def replay_on_grid(
     c = np.concatenate([tableau.c, interp.c_extra])
     b = tableau.b
 
+    # As `solve`: the state in the widest dtype of its leaves, `rhs` seeing each leaf in its
+    # own dtype, and each leaf returned in its own (a mixed float32/float64 state failed
+    # in the scan, whose carry changed dtype).
+    dtype = jnp.result_type(*jax.tree.leaves(y0))
+    leaf_dtypes = jax.tree.map(jnp.result_type, y0)
+    user_rhs = rhs
+
+    def rhs(t, y, args):  # noqa: F811 (the user's, on the widened state)
+        out = user_rhs(t, jax.tree.map(lambda u, d: u.astype(d), y, leaf_dtypes), args)
+        return jax.tree.map(lambda o: jnp.asarray(o, dtype), out)
+
+    y0 = jax.tree.map(lambda x: jnp.asarray(x, dtype), y0)
+
+    def own_dtypes(ys):
+        return jax.tree.map(lambda u, d: u.astype(d), ys, leaf_dtypes)
+
     def add(y, h, coeffs, ks):
         for coeff, k in zip(coeffs, ks):
             if coeff != 0:
@@ -99,7 +115,6 @@ def replay_on_grid(
             q = add(q, h, b, rs)
         return (y_new, q), (y, ks)
 
-    dtype = jnp.result_type(*jax.tree.leaves(y0))
     if isinstance(grid, np.ndarray):
         starts = jnp.asarray(grid[:-1], dtype)
         steps = jnp.asarray(grid[1:] - grid[:-1], dtype)
@@ -111,7 +126,7 @@ def replay_on_grid(
         q0 = jax.tree.map(jnp.zeros_like, integrand(starts[0], y0, args))
     (y_final, q), (states, slopes) = jax.lax.scan(step, (y0, q0), (starts, steps))
     if saveat is None:
-        return jax.tree.map(lambda x: x[None], y_final), q
+        return own_dtypes(jax.tree.map(lambda x: x[None], y_final)), q
     # Each save on the step t_n <= t < t_{n+1} (the last step for t = t_T), in real time.
     times = jnp.asarray(saveat, dtype)
     # The step of each save (not differentiated), on the grid sorted forward in time.
@@ -136,4 +151,4 @@ def replay_on_grid(
             value = value + h * w * k
         return value
 
-    return jax.tree.map(at_save, save_states, *save_slopes), q
+    return own_dtypes(jax.tree.map(at_save, save_states, *save_slopes)), q

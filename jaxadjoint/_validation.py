@@ -427,8 +427,9 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             solved = solve_dtype(jax.tree.leaves(y0))
             runs = (f"the solve runs in {state}, the precision of `y0`, and its results are "
                     f"{state}-accurate" if solved == state else
-                    f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but returns "
-                    f"this leaf in {state}")
+                    f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but `{name}` "
+                    f"sees this leaf rounded to {state} at every evaluation, and it is returned "
+                    f"in {state}")
             warnings.warn(
                 f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: {runs}. "
                 f"Pass `y0` as {o.dtype} for a {o.dtype} solve, or compute `{name}` in "

@@ -346,6 +346,33 @@ def test_float32_times_either_side_of_the_ends_are_the_ends():
     np.testing.assert_allclose(slope[-1], -0.5 * end, rtol=1e-6)
 
 
+def test_replay_on_grid_takes_a_mixed_precision_state():
+    """A float32 leaf and a float64 leaf: the replay widens the state as `solve` does, `rhs`
+    sees each leaf in its own dtype and each comes back in its own (the scan failed on the
+    carry's dtypes; a JAX user's acceptance test).  It agrees with the solve to the float32
+    leaf's precision, not to round-off: the two round their stages to float32 at slightly
+    different float64 values."""
+    state = {"b": jnp.array([1.0, 2.0], jnp.float32), "s": jnp.array(0.3)}
+
+    def rhs(t, y, k):
+        return {"b": -k * y["b"].astype(jnp.float64), "s": y["b"][0].astype(jnp.float64)
+                - 0.5 * y["s"]}
+
+    def solved(k):
+        return ja.solve(rhs, state, 0.0, 1.0, k, rtol=1e-10, atol=1e-10).ys
+
+    with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
+        warnings.simplefilter("ignore")  # rhs returns float64 for the float32 leaf
+        sol = ja.solve(rhs, state, 0.0, 1.0, 1.3, rtol=1e-10, atol=1e-10)
+        replayed = ja.replay_on_grid(rhs, ja.Dopri5(), state, 1.3, sol.steps)[0]
+        assert replayed["b"].dtype == jnp.float32 and replayed["s"].dtype == jnp.float64
+        np.testing.assert_allclose(replayed["s"], sol.ys["s"], rtol=1e-6)
+        np.testing.assert_allclose(
+            jax.grad(lambda k: ja.replay_on_grid(rhs, ja.Dopri5(), state, k,
+                                                 sol.steps)[0]["s"][0])(1.3),
+            jax.grad(lambda k: solved(k)["s"][0])(1.3), rtol=1e-5)
+
+
 def test_replay_on_grid_names_what_it_replays():
     with pytest.raises(TypeError, match="replays explicit Runge–Kutta methods; got Rodas5"):
         ja.replay_on_grid(decay, ja.Rodas5(), Y0, K, jnp.array([0.0, 1.0]))
@@ -796,7 +823,7 @@ def test_precision_surprises_warn():
     mixed = {"u": y0, "v": jnp.ones(1)}
     with jax.numpy_dtype_promotion("standard"), pytest.warns(
             UserWarning, match=r"runs in float64 \(the widest dtype of `y0`'s leaves\) but "
-                               "returns this leaf in float32"):
+                               "`rhs` sees this leaf rounded to float32 at every evaluation"):
         sol = ja.solve(lambda t, y, k: jax.tree.map(lambda x: -k * x, y), mixed, 0.0, 1.0,
                        jnp.asarray(0.5, jnp.float64))
     assert sol.ys["u"].dtype == jnp.float32 and sol.ys["v"].dtype == jnp.float64
