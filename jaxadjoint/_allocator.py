@@ -40,9 +40,10 @@ import ctypes
 import os
 import platform
 import sys
-import warnings
 
 import jax
+
+from ._user_warning import warn
 
 # glibc's <malloc.h>: mallopt parameters.
 _M_TRIM_THRESHOLD = -1
@@ -98,7 +99,7 @@ def hint_if_large(nbytes: int, purpose: str) -> None:
             or jax.default_backend() != "cpu"):
         return
     _state["hinted"] = True
-    warnings.warn(
+    warn(
         f"jaxadjoint: this solve allocates a buffer of {nbytes / 2**20:.0f} MiB ({purpose}: "
         "max_steps x the state's size, x the lanes under jax.vmap; allocated, not written). "
         "On CPU with glibc, a program with buffers this large gets fresh memory pages on "
@@ -106,5 +107,4 @@ def hint_if_large(nbytes: int, purpose: str) -> None:
         "jaxadjoint.retain_freed_memory() once at the start (README, 'Performance'), or "
         "lower max_steps. Shown once per process.",
         RuntimeWarning,
-        stacklevel=2,
     )

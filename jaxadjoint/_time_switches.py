@@ -17,13 +17,14 @@ only comparisons: a clamped table lookup (``jnp.take(table, t.astype(int), mode=
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.extend.core as jex
+
+from ._user_warning import warn
 
 # Operations that jump or kink in their operands.
 _SWITCHES = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "floor", "ceil", "round", "sign",
@@ -97,7 +98,7 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         return
     if not switches_in_time(rhs, t0, y0, args):
         return
-    warnings.warn(
+    warn(
         "`rhs` switches on the time `t` (a `jnp.where`, `lax.cond`, table lookup, floor, "
         "sign, max/min or abs of t): if it switches or kinks there, "
         f"{type(solver).__name__}'s error estimate does not see a step across the switch, "
@@ -106,5 +107,4 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         "way to differentiate in its time), or use Rodas4 or Kvaerno5. README, 'Inputs "
         "that switch in time'. (Silence with "
         "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-        TimeSwitchWarning, stacklevel=4,
-    )
+        TimeSwitchWarning)

@@ -51,7 +51,6 @@ import functools
 import math
 import os
 import re
-import warnings
 from typing import Any
 
 import jax
@@ -60,6 +59,7 @@ import jaxlib
 from jax import Array
 
 from ._allocator import hint_if_large
+from ._user_warning import warn
 
 _TARGET = "jaxadjoint_uninitialised"
 # The jaxlib releases the handler was run and checked on, as inclusive ranges: all of
@@ -181,12 +181,11 @@ def host_allocation_available() -> bool:
         # The zero fill costs only where a program runs on the CPU; on a GPU backend the
         # buffers are `jax.lax.empty` (uninitialised) and the warning would be noise.
         return False
-    warnings.warn(
+    warn(
         f"jaxadjoint does not use its uninitialised-buffer handler ({reason}). On CPU, "
         "buffers of length max_steps will be zero-filled, so every solve costs time and "
         "memory in proportion to max_steps, not to the steps taken.",
         RuntimeWarning,
-        stacklevel=2,
     )
     return False
 

@@ -7,7 +7,6 @@ known at run time (traced times, tolerances, save times) are checked with
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import equinox as eqx
@@ -17,6 +16,7 @@ import numpy as np
 from jax import Array
 
 from ._results import RESULTS
+from ._user_warning import warn
 
 
 def is_concrete(x: Any) -> bool:
@@ -262,11 +262,11 @@ def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Arra
             raise ValueError(f"{msg}; got rtol={float(rtol)}, {_describe_atol(rtol, atol)}")
         eps = float(jnp.finfo(jnp.result_type(rtol)).eps)
         if 0 < float(rtol) < eps:
-            warnings.warn(
+            warn(
                 f"rtol={float(rtol):g} is below the resolution of the state's dtype "
                 f"({jnp.result_type(rtol)}, eps = {eps:.3g}): the steps shrink until "
                 "round-off, not truncation, sets the error, which is then larger than at a "
-                "looser rtol. Loosen rtol, or solve in float64.", stacklevel=3)
+                "looser rtol. Loosen rtol, or solve in float64.")
         return rtol, atol
     if not throw:
         return rtol, atol
@@ -430,10 +430,10 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
                     f"the solve runs in {solved} (the widest dtype of `y0`'s leaves) but `{name}` "
                     f"sees this leaf rounded to {state} at every evaluation, and it is returned "
                     f"in {state}")
-            warnings.warn(
+            warn(
                 f"`{name}` returned {o.dtype} at {where} but `y0` is {state} there: {runs}. "
                 f"Pass `y0` as {o.dtype} for a {o.dtype} solve, or compute `{name}` in "
-                f"{state} (e.g. cast its parameters).", stacklevel=3)
+                f"{state} (e.g. cast its parameters).")
         if jnp.issubdtype(state, jnp.floating) and jnp.finfo(o.dtype).bits < jnp.finfo(state).bits:
             # Cast up silently, the solve would run in the state's precision with slopes of
             # the lower one: errors far above a float64 tolerance, and gradients of them.

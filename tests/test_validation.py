@@ -346,6 +346,16 @@ def test_float32_times_either_side_of_the_ends_are_the_ends():
     np.testing.assert_allclose(slope[-1], -0.5 * end, rtol=1e-6)
 
 
+def test_warnings_point_at_the_callers_line():
+    """A warning of `solve` is attributed to the line that called it: a fixed stacklevel
+    pointed into equinox's `filter_jit` (``equinox/_jit.py:55``) for every warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ja.solve(lambda t, y, a: -y, jnp.ones(2, jnp.float32), 0.0, 1.0, rtol=1e-9, atol=1e-9)
+    (warning,) = [w for w in caught if "below the resolution" in str(w.message)]
+    assert warning.filename == __file__, warning.filename
+
+
 def test_replay_on_grid_takes_a_mixed_precision_state():
     """A float32 leaf and a float64 leaf: the replay widens the state as `solve` does, `rhs`
     sees each leaf in its own dtype and each comes back in its own (the scan failed on the
