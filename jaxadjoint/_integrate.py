@@ -411,7 +411,7 @@ def _solve(
     if integrand is not None:
         check.check_integrand_output(integrand, t0, y0, args)
         shapes = eqx.filter_eval_shape(integrand, t0, y0, args)
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), shapes)
+        zeros = jax.tree.map(lambda s: jnp.zeros(np.shape(s), dtype), shapes)
         unravel_integral = ravel_pytree(zeros)[1]
         integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
     rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)

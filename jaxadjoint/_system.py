@@ -28,6 +28,7 @@ from jax.flatten_util import ravel_pytree
 
 from ._controllers import AbstractController, Tolerances
 from ._dense import StagePlan, saves_stage_plan
+from ._validation import is_python_number
 from .solvers._base import AbstractSolver
 
 
@@ -44,6 +45,11 @@ class Problem(eqx.Module):
     def direction(self) -> Array:
         """+1 for a forward solve, -1 for a backward one (``t1 < t0``)."""
         return jnp.where(self.t1 >= self.t0, 1, -1).astype(self.t0.dtype)
+
+
+def _numbers_as(leaf: Any, dtype: Any) -> Any:
+    """A Python number in a user function's output as an array of ``dtype``."""
+    return jnp.asarray(leaf, dtype) if is_python_number(leaf) else leaf
 
 
 class System(eqx.Module):
@@ -94,15 +100,15 @@ class System(eqx.Module):
         args, rhs, _, _ = self._parts(params)
         state = self.unravel_y(y)
         # A Python number in the output (a clock's rate) takes its state leaf's dtype.
-        out = jax.tree.map(lambda o, s: jnp.asarray(o, s.dtype) if isinstance(o, (int, float))
-                           else o, rhs(t, state, args), state)
+        out = jax.tree.map(lambda o, s: _numbers_as(o, s.dtype), rhs(t, state, args), state)
         return ravel_pytree(out)[0].astype(y.dtype)
 
     def integrand(self, t: Array, y: Array, params: Any) -> Array:
         """The user's ``integrand`` ``R(t, y, args)`` in real time, flat."""
         args, _, integrand, _ = self._parts(params)
-        out = ravel_pytree(integrand(t, self.unravel_y(y), args))[0]
-        return out.astype(y.dtype)
+        # A Python number in the output (a constant cost) takes the solve's dtype.
+        out = jax.tree.map(lambda o: _numbers_as(o, y.dtype), integrand(t, self.unravel_y(y), args))
+        return ravel_pytree(out)[0].astype(y.dtype)
 
     def condition(self, i: int, tau: Array, y: Array, params: Any, direction: Array) -> Array:
         """Event condition ``i`` at internal time ``tau`` on the flat state: a scalar."""

@@ -19,6 +19,12 @@ from ._results import RESULTS
 from ._user_warning import warn
 
 
+def is_python_number(x: Any) -> bool:
+    """Whether ``x`` is a Python int or float (not a bool): a leaf of a user function's
+    output that takes the dtype it is combined with, as in arithmetic."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
@@ -412,9 +418,9 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
         )
     for (path, o), y in zip(jax.tree_util.tree_leaves_with_path(out), jax.tree.leaves(y0)):
         where = jax.tree_util.keystr(path) or "the root"
-        if isinstance(o, (int, float)) or getattr(o, "weak_type", False):
-            # A Python number (weakly typed): it takes the state's dtype, as in arithmetic.
-            o = jax.ShapeDtypeStruct(np.shape(o), jnp.result_type(y))
+        # A Python number (weakly typed) takes the state's dtype, as in arithmetic.
+        number = is_python_number(o) or getattr(o, "weak_type", False)
+        o = jax.ShapeDtypeStruct(np.shape(o), jnp.result_type(y if number else o))
         if o.shape != jnp.shape(y):
             raise ValueError(
                 f"`{name}` returned shape {o.shape} at {where} but `y0` has shape "
@@ -451,8 +457,11 @@ def check_integrand_output(integrand: Any, t0: Array, y0: Any, args: Any) -> Non
     except Exception as e:  # noqa: BLE001 - re-raised with context
         raise type(e)(f"calling `integrand(t0, y0, args)` failed: {e}") from e
     for leaf in jax.tree.leaves(out):
-        if not jnp.issubdtype(leaf.dtype, jnp.floating):
-            raise ValueError(f"`integrand` must return floating arrays, got dtype {leaf.dtype}")
+        if is_python_number(leaf):
+            continue  # it takes the solve's dtype (`System.integrand`)
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise ValueError("`integrand` must return floating arrays, got dtype "
+                             f"{jnp.result_type(leaf)}")
     if not jax.tree.leaves(out):
         raise ValueError("`integrand` returned no arrays; it must return a pytree of floats")
 

@@ -71,9 +71,10 @@ def test_rhs_output_mismatch_in_pytree_state():
 
 
 def test_rhs_may_return_python_numbers():
-    """A leaf of ``rhs``'s output may be a Python number (a clock's rate): it takes the
-    state's dtype, as in arithmetic, with no precision warning.  It crashed the output
-    check (`'float' object has no attribute 'shape'`; a JAX user's acceptance test)."""
+    """A leaf of ``rhs``'s or ``integrand``'s output may be a Python number (a clock's rate,
+    a constant cost): it takes the state's dtype, as in arithmetic, with no precision
+    warning.  It crashed the output checks (`'float' object has no attribute 'shape'`; a
+    JAX user's acceptance test), and so did a bool."""
     state = {"x": jnp.array(1.0, jnp.float32), "clock": jnp.array(0.0, jnp.float32)}
 
     def rhs(t, y, k):
@@ -85,6 +86,16 @@ def test_rhs_may_return_python_numbers():
     np.testing.assert_allclose(ys["clock"], [1.0], rtol=1e-6)
     assert ys["clock"].dtype == jnp.float32
     np.testing.assert_allclose(ja.solve(lambda t, y, a: 1.0, 0.0, 0.0, 2.0).ys, [2.0], rtol=1e-14)
+    # So in an integrand's output (the solve's dtype); a bool is no number there.
+    sol = ja.solve(rhs, state, 0.0, 1.0, 1.0, rtol=1e-5, atol=1e-5,
+                   integrand=lambda t, y, k: {"time": 1.0, "x": y["x"]})
+    np.testing.assert_allclose(sol.integral["time"], 1.0, rtol=1e-6)
+    assert sol.integral["time"].dtype == jnp.float32
+    with pytest.raises(ValueError, match="`rhs` must return floating arrays, got dtype bool"):
+        ja.solve(lambda t, y, a: True, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="`integrand` must return floating arrays, got dtype "
+                                         "bool"):
+        ja.solve(rhs, state, 0.0, 1.0, 1.0, integrand=lambda t, y, k: True)
 
 
 def test_differentiating_under_disable_jit_is_refused_clearly():
