@@ -227,14 +227,18 @@ def replay(
     # curves by ``d/dt f(t, y(t))``; the row by another amount: add the difference times
     # ``delta^2 / 2``, zero in value and in first derivative.
     curvature = jax.jvp(f, (tau_final, y_final), (jnp.ones_like(tau_final), k_final))[1]
-    delta = jnp.where(taus >= jax.lax.stop_gradient(tau_final), taus - tau_final, 0)
     bend = curvature - first_weight_curvature(plan) * final_slopes[0]
     bend = jnp.where(jnp.isfinite(bend), bend, 0)  # must not turn the value into NaN
-    ys = ys + 0.5 * (delta**2)[:, None] * bend
+
+    def bent(tau: Array) -> Array:
+        """The correction at the times ``tau`` (``(n,)``): ``(n, N)``."""
+        delta = jnp.where(tau >= jax.lax.stop_gradient(tau_final), tau - tau_final, 0)
+        return 0.5 * (delta**2)[:, None] * bend
+
+    ys = ys + bent(taus)
     if with_end:
         tau_end = direction * t1
-        delta_end = jnp.where(tau_end >= jax.lax.stop_gradient(tau_final), tau_end - tau_final, 0)
-        y_end = event_state(plan.weights, final, last, tau_end) + 0.5 * delta_end**2 * bend
+        y_end = event_state(plan.weights, final, last, tau_end) + bent(tau_end[None])[0]
     if system.has_integrand:
         dt1 = t1 - jax.lax.stop_gradient(t1)
         # Midpoint rules, exact to second order as ``y0`` above.

@@ -71,21 +71,19 @@ def replay_on_grid(
     c = np.concatenate([tableau.c, interp.c_extra])
     b = tableau.b
 
-    # As `solve`: the state in the widest dtype of its leaves, `rhs` seeing each leaf in its
-    # own dtype, and each leaf returned in its own (a mixed float32/float64 state failed
-    # in the scan, whose carry changed dtype).
+    # As `solve`: the state in the widest dtype of its leaves, `rhs` and `integrand` seeing
+    # each leaf in its own dtype, and each leaf returned in its own (a mixed float32/float64
+    # state failed in the scan, whose carry changed dtype).
     dtype = jnp.result_type(*jax.tree.leaves(y0))
     leaf_dtypes = jax.tree.map(jnp.result_type, y0)
-    user_rhs = rhs
-
-    def rhs(t, y, args):  # noqa: F811 (the user's, on the widened state)
-        out = user_rhs(t, jax.tree.map(lambda u, d: u.astype(d), y, leaf_dtypes), args)
-        return jax.tree.map(lambda o: jnp.asarray(o, dtype), out)
-
-    y0 = jax.tree.map(lambda x: jnp.asarray(x, dtype), y0)
 
     def own_dtypes(ys):
         return jax.tree.map(lambda u, d: u.astype(d), ys, leaf_dtypes)
+
+    def widened_rhs(t, y, args):
+        return jax.tree.map(lambda o: jnp.asarray(o, dtype), rhs(t, own_dtypes(y), args))
+
+    y0 = jax.tree.map(lambda x: jnp.asarray(x, dtype), y0)
 
     def add(y, h, coeffs, ks):
         for coeff, k in zip(coeffs, ks):
@@ -98,7 +96,7 @@ def replay_on_grid(
         ks = list(ks)
         for m in range(first, last):
             stage = add(y, h, a[m, :m], ks)
-            ks.append(rhs(t + float(c[m]) * h, stage, args))
+            ks.append(widened_rhs(t + float(c[m]) * h, stage, args))
         return ks
 
     def step(carry, time_and_step):
@@ -107,9 +105,9 @@ def replay_on_grid(
         ks, rs = [], []
         for m in range(s):
             stage = add(y, h, a[m, :m], ks)
-            ks.append(rhs(t + float(c[m]) * h, stage, args))
+            ks.append(widened_rhs(t + float(c[m]) * h, stage, args))
             if integrand is not None:
-                rs.append(integrand(t + float(c[m]) * h, stage, args))
+                rs.append(integrand(t + float(c[m]) * h, own_dtypes(stage), args))
         y_new = add(y, h, b, ks)
         if integrand is not None:
             q = add(q, h, b, rs)
@@ -123,7 +121,7 @@ def replay_on_grid(
         starts, steps = grid[:-1], grid[1:] - grid[:-1]
     q0 = None
     if integrand is not None:
-        q0 = jax.tree.map(jnp.zeros_like, integrand(starts[0], y0, args))
+        q0 = jax.tree.map(jnp.zeros_like, integrand(starts[0], own_dtypes(y0), args))
     (y_final, q), (states, slopes) = jax.lax.scan(step, (y0, q0), (starts, steps))
     if saveat is None:
         return own_dtypes(jax.tree.map(lambda x: x[None], y_final)), q

@@ -194,8 +194,7 @@ def jump_segments(
         )
         nan = jnp.full((), jnp.nan, dtype)
         log = (
-            jnp.where(fired, e.t, nan), jnp.where(fired, e.y, nan),
-            jnp.where(fired, e.which, -1), fired, active, e.t, e.y,
+            jnp.where(fired, e.t, nan), jnp.where(fired, e.y, nan), e.which, active, e.t, e.y,
             out.record.steps, out.record.stats,
         )
         return new, log
@@ -208,7 +207,7 @@ def jump_segments(
         jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
     )
     final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
-    times, states, which, fired, active, t_ends, y_ends, steps, stats = log
+    times, states, which, active, t_ends, y_ends, steps, stats = log
     _, _, _, _, _, _, still_going, ys, result = final
     result = RESULTS.where(still_going & (result == RESULTS.successful),
                            RESULTS.max_events_reached, result)
@@ -221,19 +220,20 @@ def jump_segments(
     cut_short = (result == RESULTS.max_events_reached) | (result == RESULTS.event_chattering)
     t_end = jnp.where(cut_short, problem.t1, t_end)
     y_end = jnp.where(cut_short, jnp.nan, y_end)
-    # Events in order (every active segment but the last ends with one).
-    count = jnp.sum(fired, dtype=jnp.int32)
     # Empty segments (after the end) spend a few evaluations on their start: not counted.
     stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
     if system.throw:
         ys, t_end, y_end, times, states = result.error_if(
             (ys, t_end, y_end, times, states), result != RESULTS.successful)
-        # The integers read off the checked values (the same numbers), so that a program
-        # reading only them (`sol.events.count`, `sol.stats`) runs the check too: it got
-        # a count of 6 from `max_events=5` without an error.
-        count = jnp.sum(~jnp.isnan(times), dtype=jnp.int32)
-        which = jnp.where(jnp.isnan(times), -1, which)
+        # Read off a checked value (the same numbers), so that a program reading only the
+        # stats runs the check too.
         stats = jax.tree.map(lambda x: jnp.where(jnp.isnan(t_end), 0, x), stats)
+    # Events in order (every active segment but the last ends with one), counted on their
+    # times (NaN where none fired): with ``throw`` those are checked, so that a program
+    # reading only the count or the conditions runs the check too (it got a count of 6
+    # from `max_events=5` without an error).
+    count = jnp.sum(~jnp.isnan(times), dtype=jnp.int32)
+    which = jnp.where(jnp.isnan(times), -1, which)
     # Each segment's own pass refuses its own failure; reaching `max_events` or chattering
     # is decided here, after segments that succeeded.
     ys, t_end, y_end, times, states = fail_when_differentiated(
