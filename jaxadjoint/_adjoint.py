@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import all_finite, raise_if_blown_up
+from ._adjoint_health import all_finite, raise_if_blown_up, raise_if_unresolved
 from ._checkpoints import AbstractCheckpoint, StoreStages, StoreStates
 from ._dense import DenseRows, live_save_cotangents, save_cotangents
 from ._events import event_cotangents
@@ -147,6 +147,8 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
     lam, pbar = raise_if_blown_up(health, lam, pbar, direction, given_finite)
+    lam = raise_if_unresolved(lam, health, direction, type(system.solver).__name__,
+                              sens.accept_stiff_steps)
 
     def integrand_dot(t, y):
         if not system.has_integrand:

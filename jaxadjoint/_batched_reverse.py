@@ -82,6 +82,7 @@ from ._reverse import (
 )
 from ._save_cotangents import materialise
 from ._system import System
+from .solvers._explicit import AbstractERK
 
 
 def batch_over_solves(
@@ -259,7 +260,8 @@ def lanes_sweep(
         health = observe(c["health"], n, tau, c["lam"], lam, kbar_saves,
                          step_weight(y, stages, ln.system.tol.atol),
                          integrand_feed(ln.system, ln.params, ln.direction, tau, t_next, y,
-                                        stages, ln.mu))
+                                        stages, ln.mu),
+                         explicit=isinstance(ln.system.solver, AbstractERK), h=t_next - tau)
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
                     health=health)

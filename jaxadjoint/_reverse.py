@@ -63,7 +63,7 @@ from ._save_cotangents import (
 )
 from ._sequential import fits, in_sequence, slot_bytes, slots, window_size
 from ._system import System
-from .solvers._explicit import linear_combination, stage_time
+from .solvers._explicit import AbstractERK, linear_combination, stage_time
 
 
 def tree_add(a: Any, b: Any) -> Any:
@@ -522,7 +522,8 @@ def reverse_sweep(
             )
         health = observe(health, n, tau, lam_in, lam, kbar_saves,
                          step_weight(y, stages, system.tol.atol),
-                         integrand_feed(system, params, direction, tau, t_next, y, stages, mu))
+                         integrand_feed(system, params, direction, tau, t_next, y, stages, mu),
+                         explicit=isinstance(system.solver, AbstractERK), h=t_next - tau)
         return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)

@@ -16,6 +16,7 @@ Compiled functions are module-level and take the method as a static argument and
 tolerance as an array, so each (method, transformation) pair compiles once.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -438,3 +439,29 @@ def test_continuous_adjoint_rejects_step_to():
 
     with pytest.raises(ValueError, match="StepTo"):
         jax.grad(f)(jnp.array(0.5))
+
+
+def _two_rates(t, y, k):
+    return -k * y  # rates 1 and 30: the backward flow amplifies errors by e^(30 t)
+
+
+def test_backsolve_that_loses_the_state_is_refused():
+    """`ContinuousAdjoint(state="backsolve")` re-integrates the state backwards: on a
+    dissipative problem it comes back to ``t0`` far from ``y0`` and the adjoint is evaluated
+    off the trajectory.  Refused (a grey-box user's gradient was 1e12 for 66, returned);
+    checkpointed, and backsolve on a short interval, give the closed form."""
+    y0, k = jnp.array([1.0, 2.0]), jnp.array([1.0, 30.0])
+
+    def loss(y0, k, sensitivity, t1):
+        return jnp.sum(ja.solve(_two_rates, y0, 0.0, t1, k, rtol=1e-8, atol=1e-8,
+                                sensitivity=sensitivity).ys[-1])
+
+    grad = eqx.filter_jit(jax.grad(loss, argnums=(0, 1)))
+    with pytest.raises(Exception, match=r"state='backsolve'\) integrates the state back from "
+                       r"y\(t1\) .* arrived at t0 [0-9.e+]+ tolerance units .*more than 100"):
+        jax.block_until_ready(grad(y0, k, ja.ContinuousAdjoint(state="backsolve"), 2.0))
+    for sensitivity, t1 in [(ja.ContinuousAdjoint(), 2.0),
+                            (ja.ContinuousAdjoint(state="backsolve"), 0.1)]:
+        got = grad(y0, k, sensitivity, t1)
+        want = (jnp.exp(-k * t1), -t1 * y0 * jnp.exp(-k * t1))
+        assert max_rel_diff(got, want) < 1e-6
