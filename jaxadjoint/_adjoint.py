@@ -37,6 +37,7 @@ from ._sensitivity_common import fail_if_differentiated_failure
 from ._start_time import restart_cotangent, start_shifted
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
+from ._time_switches import warn_if_differentiating_a_switch_time
 
 
 def to_solve_output(system: System, problem: Problem, out: ForwardOutput) -> SolveOutput:
@@ -77,7 +78,8 @@ def _solve(problem: Problem, system: System, sens: DiscreteAdjoint) -> SolveOutp
 
 @_solve.def_fwd
 def _solve_fwd(perturbed, problem, system, sens):
-    del perturbed
+    warn_if_differentiating_a_switch_time(system.rhs, problem.t0, problem.y0, problem.params,
+                                          perturbed.params)
     out = forward_loop(system, problem, sens.checkpoint_for(system.solver))
     residuals = (
         out.store, out.grid, out.num_accepted, out.rows, out.y_final, out.integral, out.result,

@@ -72,6 +72,7 @@ from ._sensitivity_common import (
 )
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
+from ._time_switches import warn_if_differentiating_a_switch_time
 from ._uninitialised import uninitialised
 from .solvers._base import AbstractStiffFamily, StepOutput
 
@@ -378,7 +379,8 @@ def _solve(problem: Problem, system: System, sens: ContinuousAdjoint) -> SolveOu
 
 @_solve.def_fwd
 def _solve_fwd(perturbed, problem, system, sens):
-    del perturbed
+    warn_if_differentiating_a_switch_time(system.rhs, problem.t0, problem.y0, problem.params,
+                                          perturbed.params)
     if _uses_dense_trajectory(system, sens):
         out, trajectory = _dense_trajectory(system, problem)
     else:

@@ -62,6 +62,7 @@ from ._sensitivity_common import (
 from ._start_time import interpolate_moved, moved_record
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
+from ._time_switches import warn_if_differentiating_a_switch_time
 
 
 def replay_event(
@@ -258,6 +259,8 @@ def _solve(problem: Problem, system: System, sens: DiscreteForward) -> SolveOutp
 def _solve_jvp(primals: Any, tangents: Any) -> tuple[SolveOutput, SolveOutput]:
     problem, system, sens = primals
     problem_dot = tangents[0]
+    warn_if_differentiating_a_switch_time(system.rhs, problem.t0, problem.y0, problem.params,
+                                          problem_dot.params)
     # The grid is recorded by an undifferentiated solve: its decisions are constants.
     fixed = jax.lax.stop_gradient(problem)
     # Newton-iterated stages are kept and not solved again by the replay (`replay_step`).

@@ -76,6 +76,7 @@ from ._sensitivity_common import (
 )
 from ._stiffness import flag_stiff_gradient
 from ._system import Problem, System
+from ._time_switches import warn_if_differentiating_a_switch_time
 
 
 class _Columns(eqx.Module):
@@ -308,6 +309,8 @@ def _solve(problem: Problem, system: System, sens: ForwardSensitivity) -> SolveO
 def _solve_jvp(primals, tangents):
     problem, system, sens = primals
     problem_dot = tangents[0]
+    warn_if_differentiating_a_switch_time(system.rhs, problem.t0, problem.y0, problem.params,
+                                          problem_dot.params)
     fixed = jax.lax.stop_gradient(problem)
     out, s_saves, s_q, y_final, cols, params_on, slopes = solve_with_sensitivities(
         sens, system, fixed, problem_dot

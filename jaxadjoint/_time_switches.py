@@ -13,6 +13,11 @@ that jumps or kinks in an operand that depends on ``t`` (a comparison, ``floor``
 found by following ``t`` through the jaxpr of ``rhs`` (into nested jaxprs too).  Before,
 only comparisons: a clamped table lookup (``jnp.take(table, t.astype(int), mode="clip")``),
 ``(sign(1 - t) + 1) / 2`` and ``relu(1 - t)`` went unwarned (a control user's test).
+
+A switch whose *time* is an argument being differentiated (``jnp.where(t > t_lock, ...)``
+with ``t_lock`` a parameter) has a zero derivative in that time whatever the solver: the
+comparison is flat in its operands.  `warn_if_differentiating_a_switch_time` warns when a
+comparison reads both ``t`` and such an argument, when the derivative is traced.
 """
 
 from __future__ import annotations
@@ -80,6 +85,78 @@ def _reads_a_switch(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
     return False
 
 
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
+_TIME, _DIFFERENTIATED = 1, 2
+
+
+def _compares_both(jaxpr: jex.Jaxpr, marks: list[int]) -> bool:
+    """Whether a comparison in ``jaxpr`` reads values that depend on both an input marked
+    `_TIME` and one marked `_DIFFERENTIATED` (marks are bit sets, one per input; nested
+    jaxprs as in `_reads_a_switch`, their inputs all marked alike where the mapping is
+    unknown)."""
+    mark: dict[Any, int] = dict(zip(jaxpr.invars, marks))
+
+    def of(x: Any) -> int:
+        return mark.get(x, 0) if isinstance(x, jex.Var) else 0
+
+    for eqn in jaxpr.eqns:
+        inputs = [of(x) for x in eqn.invars]
+        union = 0
+        for m in inputs:
+            union |= m
+        if not union:
+            continue
+        if eqn.primitive.name in _COMPARISONS and union == _TIME | _DIFFERENTIATED:
+            return True
+        for sub in jex.jaxprs_in_params(eqn.params):
+            inner = getattr(sub, "jaxpr", sub)
+            if len(inner.invars) == len(inputs):
+                inner_marks = inputs
+            elif len(inner.invars) == len(inputs) - 1:  # `cond`: the branch index first
+                inner_marks = inputs[1:]
+            else:
+                inner_marks = [union] * len(inner.invars)
+            if _compares_both(inner, inner_marks):
+                return True
+        for out in eqn.outvars:
+            mark[out] = union
+    return False
+
+
+def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params: Any,
+                                          perturbed: Any) -> None:
+    """Warn when ``rhs(t, y, params)`` compares ``t`` with a value computed from a
+    differentiated leaf of ``params`` (``perturbed``: a tree like it, a leaf ``None`` or
+    ``False`` where it is not differentiated).  Called by the derivative rules when they are
+    traced."""
+    leaves, treedef = jax.tree.flatten(params)
+    # One flag per leaf of ``params`` (``perturbed`` has leaves where ``params`` has None).
+    flags = jax.tree.leaves(jax.tree.map(
+        lambda p, f: None if p is None else (f is not None and f is not False),
+        params, perturbed, is_leaf=lambda x: x is None))
+    if len(flags) != len(leaves) or not any(flags):
+        return
+
+    def field(t, y, leaves):
+        return rhs(t, y, jax.tree.unflatten(treedef, leaves))
+
+    closed = jax.make_jaxpr(field)(t, y, leaves)
+    marks = [_TIME] + [0] * len(jax.tree.leaves(y)) + [
+        _DIFFERENTIATED if flag else 0 for flag in flags]
+    if len(marks) != len(closed.jaxpr.invars) or not _compares_both(closed.jaxpr, marks):
+        return
+    warn(
+        "`rhs` compares the time `t` with a value computed from an argument you are "
+        "differentiating (for example `jnp.where(t > t_switch, a, b)` with `t_switch` in "
+        "`args`): a comparison has a zero derivative, so the gradient does not see the "
+        "switch move. If `rhs` jumps there, the derivative in that time is lost (an "
+        "epidemic model's lockdown date: 0 where central differences give 0.105), "
+        "whatever the solver. Make the switch an `Event` with the condition "
+        "`t - t_switch` (README, 'Inputs that switch in time'), which differentiates it. "
+        "(Silence with `warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
+        TimeSwitchWarning)
+
+
 def switches_in_time(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
     """Whether ``rhs(t, y, args)`` switches on a value computed from ``t`` (one trace)."""
     dynamic, static = eqx.partition(args, eqx.is_array)
@@ -104,7 +181,8 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         f"{type(solver).__name__}'s error estimate does not see a step across the switch, "
         "and the solution can be wrong by far more than `rtol` with no other sign (a "
         "switched infusion: 3e-4 at rtol=1e-9). Make the switch an `Event` (also the only "
-        "way to differentiate in its time), or use Rodas4 or Kvaerno5. README, 'Inputs "
-        "that switch in time'. (Silence with "
+        "way to differentiate in its time), or use Rodas4; for an input interpolated from "
+        "many data points, land the steps on them (README, 'Inputs that switch in "
+        "time'). (Silence with "
         "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
         TimeSwitchWarning)

@@ -102,3 +102,35 @@ def test_the_search_follows_t_only():
     # A comparison of parameters alone does not read t.
     assert not switches_in_time(lambda t, y, a: y * jnp.where(a > 0, 1.0, 2.0), t, y,
                                 jnp.array(1.0))
+
+
+def _derivative_warnings(differentiate, sensitivity, argument="T"):
+    """The warnings of tracing a derivative of ``y(3)`` in ``args[argument]`` (Dopri5)."""
+    def end(x):
+        args = {"k": jnp.asarray(1.0), "T": jnp.asarray(1.0)} | {argument: x}
+        return ja.solve(switch_time_in_args, jnp.array([1.0]), 0.0, 3.0, args,
+                        sensitivity=sensitivity).ys[-1, 0]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.eval_shape(differentiate(end), jnp.asarray(1.0))
+    return [str(w.message) for w in caught if issubclass(w.category, ja.TimeSwitchWarning)]
+
+
+@pytest.mark.parametrize("differentiate, sensitivity", [
+    (jax.grad, ja.DiscreteAdjoint()), (jax.jacfwd, ja.DiscreteForward()),
+    (jax.grad, ja.ContinuousAdjoint()), (jax.jacfwd, ja.ForwardSensitivity()),
+], ids=["discrete-adjoint", "discrete-forward", "continuous-adjoint", "forward-sensitivity"])
+def test_differentiating_a_switch_time_warns(differentiate, sensitivity):
+    """``jnp.where(t < T, ...)`` differentiated in ``T``: the comparison's derivative is zero,
+    so the gradient misses the switch (an epidemiologist's lockdown date: 0 for 0.105), with
+    any solver; the default Dopri5 said nothing (its own estimate sees the jump)."""
+    (message,) = _derivative_warnings(differentiate, sensitivity)
+    assert "`rhs` compares the time `t` with a value computed from an argument you are " \
+           "differentiating" in message
+    assert "`Event` with the condition `t - t_switch`" in message
+
+
+def test_no_switch_time_warning_for_other_arguments():
+    """Differentiating the rate alone (the switch time a constant) warns of nothing."""
+    assert not _derivative_warnings(jax.grad, ja.DiscreteAdjoint(), argument="k")

@@ -263,3 +263,29 @@ def test_check_gradient_is_inconclusive_when_its_thresholds_accept_anything():
     curved = check("truncation", "inconclusive", loss_change=1e-8, fd_error=3.0)
     assert curved.ok and curved.summary.startswith("OK")
     assert any("central differences decide nothing" in note for note in curved.notes)
+
+
+def test_check_gradient_names_one_wrong_component_hidden_in_the_norms():
+    """A switch time behind ``jnp.where(t > T, ...)`` has a zero derivative (its central
+    difference is -0.058 and consistent at twice the step); beside a large component the
+    three norm comparisons all pass.  The check is not OK and names the component (an
+    epidemiologist's lockdown date said OK, 2026-11-28)."""
+    import warnings
+
+    def rhs(t, y, p):
+        return -p["k"] * jnp.where(t > p["T"], 0.5, 1.0) * y
+
+    def loss(p, **options):
+        y = ja.solve(rhs, jnp.array([1.0]), 0.0, 3.0, p, **options).ys[-1, 0]
+        return 1e3 * p["a"] ** 2 + y
+
+    params = {"a": jnp.asarray(1.0), "k": jnp.asarray(1.0), "T": jnp.asarray(1.3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ja.TimeSwitchWarning)
+        check = ja.check_gradient(loss, params, rtol=1e-6)
+    assert all(c.ok for c in check.comparisons), str(check)  # the norms see nothing
+    assert not check.ok
+    ((name, value, reference),) = check.mismatched
+    assert name == "['T']" and value == 0.0
+    np.testing.assert_allclose(reference, -0.5 * np.exp(-1.3 - 0.5 * 1.7), rtol=1e-2)
+    assert check.summary.startswith("UNRELIABLE: the component ['T'] is 0 by this method")
