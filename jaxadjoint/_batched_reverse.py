@@ -72,7 +72,14 @@ import jax.numpy as jnp
 from jax import Array
 
 from . import _reverse
-from ._adjoint_health import Health, healthy, integrand_feed, observe, step_weight
+from ._adjoint_health import (
+    Health,
+    healthy,
+    integrand_feed,
+    observe,
+    step_weight,
+    watches_unresolved,
+)
 from ._lanes import lanes_where, run_single_lane
 from ._reverse import (
     SaveCotangents,
@@ -82,7 +89,6 @@ from ._reverse import (
 )
 from ._save_cotangents import materialise
 from ._system import System
-from .solvers._explicit import AbstractERK
 
 
 def batch_over_solves(
@@ -261,7 +267,7 @@ def lanes_sweep(
                          step_weight(y, stages, ln.system.tol.atol),
                          integrand_feed(ln.system, ln.params, ln.direction, tau, t_next, y,
                                         stages, ln.mu),
-                         explicit=isinstance(ln.system.solver, AbstractERK), h=t_next - tau)
+                         explicit=watches_unresolved(ln.system), h=t_next - tau)
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
                     health=health)

@@ -48,7 +48,14 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import Health, healthy, integrand_feed, observe, step_weight
+from ._adjoint_health import (
+    Health,
+    healthy,
+    integrand_feed,
+    observe,
+    step_weight,
+    watches_unresolved,
+)
 from ._lanes import any_lane_cond
 from ._save_cotangents import (
     SaveCotangents,
@@ -63,7 +70,7 @@ from ._save_cotangents import (
 )
 from ._sequential import fits, in_sequence, slot_bytes, slots, window_size
 from ._system import System
-from .solvers._explicit import AbstractERK, linear_combination, stage_time
+from .solvers._explicit import linear_combination, stage_time
 
 
 def tree_add(a: Any, b: Any) -> Any:
@@ -523,7 +530,7 @@ def reverse_sweep(
         health = observe(health, n, tau, lam_in, lam, kbar_saves,
                          step_weight(y, stages, system.tol.atol),
                          integrand_feed(system, params, direction, tau, t_next, y, stages, mu),
-                         explicit=isinstance(system.solver, AbstractERK), h=t_next - tau)
+                         explicit=watches_unresolved(system), h=t_next - tau)
         return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)

@@ -51,49 +51,31 @@ class TimeSwitchWarning(UserWarning):
     """The right-hand side switches in time where the solver's error estimate cannot see it."""
 
 
-def _reads_a_switch(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
-    """Whether a switch (`_switches`) in ``jaxpr`` reads a value that depends on a tainted
-    input.
+def _nested(eqn: Any) -> list[jex.Jaxpr]:
+    """The jaxprs nested in ``eqn`` (a `jit`'s, a `cond`'s branches, a loop's body)."""
+    return [getattr(sub, "jaxpr", sub) for sub in jex.jaxprs_in_params(eqn.params)]
 
-    A nested jaxpr whose inputs are not the equation's own (loops' constants and carries)
-    is searched with all of its inputs tainted: a false alarm there is a warning too many,
-    never a switch missed.
+
+def _nested_inputs(inner: jex.Jaxpr, inputs: list[Any], unknown: Any) -> list[Any]:
+    """What ``inputs`` (one per operand of the equation) say about ``inner``'s inputs: the
+    same, or without the first (`cond`'s branch index); ``unknown`` for each where the
+    mapping is not the operands' (loops' constants and carries)."""
+    if len(inner.invars) == len(inputs):
+        return inputs
+    if len(inner.invars) == len(inputs) - 1:
+        return inputs[1:]
+    return [unknown] * len(inner.invars)
+
+
+def _finds(jaxpr: jex.Jaxpr, marks: list[int], hit: Callable[[Any, int], bool]) -> bool:
+    """Whether an equation of ``jaxpr`` (or of a jaxpr nested in one) is a ``hit``, given
+    the union of the marks its operands depend on.
+
+    Marks are bit sets, one per input of ``jaxpr``, carried to every value computed from
+    it.  A nested jaxpr whose inputs are not the equation's own (loops' constants and
+    carries) gets the union of the operands' marks on every input: a false alarm there is
+    a warning too many, never a switch missed.
     """
-    taint: dict[Any, bool] = dict(zip(jaxpr.invars, tainted))
-
-    def depends(x: Any) -> bool:
-        return isinstance(x, jex.Var) and taint.get(x, False)
-
-    for eqn in jaxpr.eqns:
-        inputs = [depends(x) for x in eqn.invars]
-        if not any(inputs):
-            continue
-        if _switches(eqn):
-            return True
-        for sub in jex.jaxprs_in_params(eqn.params):
-            inner = getattr(sub, "jaxpr", sub)
-            if len(inner.invars) == len(inputs):
-                inner_tainted = inputs
-            elif len(inner.invars) == len(inputs) - 1:  # `cond`: the branch index first
-                inner_tainted = inputs[1:]
-            else:
-                inner_tainted = [True] * len(inner.invars)
-            if _reads_a_switch(inner, inner_tainted):
-                return True
-        for out in eqn.outvars:
-            taint[out] = True
-    return False
-
-
-_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
-_TIME, _DIFFERENTIATED = 1, 2
-
-
-def _compares_both(jaxpr: jex.Jaxpr, marks: list[int]) -> bool:
-    """Whether a comparison in ``jaxpr`` reads values that depend on both an input marked
-    `_TIME` and one marked `_DIFFERENTIATED` (marks are bit sets, one per input; nested
-    jaxprs as in `_reads_a_switch`, their inputs all marked alike where the mapping is
-    unknown)."""
     mark: dict[Any, int] = dict(zip(jaxpr.invars, marks))
 
     def of(x: Any) -> int:
@@ -106,21 +88,31 @@ def _compares_both(jaxpr: jex.Jaxpr, marks: list[int]) -> bool:
             union |= m
         if not union:
             continue
-        if eqn.primitive.name in _COMPARISONS and union == _TIME | _DIFFERENTIATED:
+        if hit(eqn, union):
             return True
-        for sub in jex.jaxprs_in_params(eqn.params):
-            inner = getattr(sub, "jaxpr", sub)
-            if len(inner.invars) == len(inputs):
-                inner_marks = inputs
-            elif len(inner.invars) == len(inputs) - 1:  # `cond`: the branch index first
-                inner_marks = inputs[1:]
-            else:
-                inner_marks = [union] * len(inner.invars)
-            if _compares_both(inner, inner_marks):
+        for inner in _nested(eqn):
+            if _finds(inner, _nested_inputs(inner, inputs, union), hit):
                 return True
         for out in eqn.outvars:
             mark[out] = union
     return False
+
+
+def _reads_a_switch(jaxpr: jex.Jaxpr, tainted: list[bool]) -> bool:
+    """Whether a switch (`_switches`) in ``jaxpr`` reads a value that depends on a tainted
+    input."""
+    return _finds(jaxpr, [int(t) for t in tainted], lambda eqn, union: _switches(eqn))
+
+
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
+_TIME, _DIFFERENTIATED = 1, 2
+
+
+def _compares_both(jaxpr: jex.Jaxpr, marks: list[int]) -> bool:
+    """Whether a comparison in ``jaxpr`` reads values that depend on both an input marked
+    `_TIME` and one marked `_DIFFERENTIATED`."""
+    return _finds(jaxpr, marks, lambda eqn, union: (
+        eqn.primitive.name in _COMPARISONS and union == _TIME | _DIFFERENTIATED))
 
 
 def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params: Any,
