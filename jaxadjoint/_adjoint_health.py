@@ -279,10 +279,12 @@ def raise_if_unresolved(x: T, health: Health, direction: Array, solver_name: str
             "modes beyond the method's stability on the imaginary axis (central differences "
             "for advection) or stiff modes of a discretised PDE started smooth. The "
             "gradient is the exact derivative of those steps and can be wrong by orders of "
-            "magnitude as a sensitivity of the ODE. Use a tighter rtol/atol (the steps then "
-            "resolve them), a dissipative discretisation (upwind differences) or a stiff "
-            "solver (solver=jaxadjoint.Rodas5()); jaxadjoint.check_gradient tells whether "
-            "this gradient is usable. To accept it anyway, build the sensitivity method with "
+            "magnitude as a sensitivity of the ODE. Use a stiff solver "
+            "(solver=jaxadjoint.Rodas5()) or a dissipative discretisation (upwind "
+            "differences); a tighter rtol/atol helps only once the steps resolve those "
+            "components (a tight explicit solve can be wrong without being refused, README). "
+            "jaxadjoint.check_gradient tells whether this gradient is usable. To accept it "
+            "anyway, build the sensitivity method with "
             "accept_stiff_steps=True (e.g. DiscreteAdjoint(accept_stiff_steps=True))."
         )
 
