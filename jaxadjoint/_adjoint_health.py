@@ -201,6 +201,22 @@ def observe(health: Health, n: Array, tau: Array, lam_in: Array, lam_out: Array,
     )
 
 
+
+def observe_step(health: Health, system: Any, params: Any, direction: Array, n: Array,
+                 tau: Array, t_next: Array, y: Array | None, stages: Array | None,
+                 lam_in: Array, lam_out: Array, kbar_saves: Array | None,
+                 mu: Array) -> Health:
+    """`observe` the reverse step ``n`` of ``system`` from ``tau`` to ``t_next``, with what
+    the step's record gives (``y_n`` or its stages): the weights (`step_weight`), the
+    integrand's feed (`integrand_feed`) and whether it counts towards ``unresolved``
+    (`watches_unresolved`).  The one call of both reverse sweeps (`_reverse.reverse_sweep`,
+    `_batched_reverse.lanes_sweep`)."""
+    return observe(health, n, tau, lam_in, lam_out, kbar_saves,
+                   step_weight(y, stages, system.tol.atol),
+                   integrand_feed(system, params, direction, tau, t_next, y, stages, mu),
+                   explicit=watches_unresolved(system), h=t_next - tau)
+
+
 def all_finite(*trees: Any) -> Array:
     """Whether every floating-point leaf of ``trees`` is finite.
 

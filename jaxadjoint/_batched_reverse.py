@@ -72,14 +72,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from . import _reverse
-from ._adjoint_health import (
-    Health,
-    healthy,
-    integrand_feed,
-    observe,
-    step_weight,
-    watches_unresolved,
-)
+from ._adjoint_health import Health, healthy, observe_step
 from ._lanes import lanes_where, run_single_lane
 from ._reverse import (
     SaveCotangents,
@@ -263,11 +256,8 @@ def lanes_sweep(
             ln.system, tau, t_next, y, stages, c["lam"], ln.mu, ln.params,
             ln.direction, c["pbar"], kbar_saves,
         )
-        health = observe(c["health"], n, tau, c["lam"], lam, kbar_saves,
-                         step_weight(y, stages, ln.system.tol.atol),
-                         integrand_feed(ln.system, ln.params, ln.direction, tau, t_next, y,
-                                        stages, ln.mu),
-                         explicit=watches_unresolved(ln.system), h=t_next - tau)
+        health = observe_step(c["health"], ln.system, ln.params, ln.direction, n, tau, t_next,
+                              y, stages, c["lam"], lam, kbar_saves, ln.mu)
         lam, j = add_save_state(lam, ln.saves, c["j"], n)
         return dict(c, n=n - 1, data=read_step(ln, n - 1, c["n_lo"]), lam=lam, j=j, pbar=pbar,
                     health=health)

@@ -48,14 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from ._adjoint_health import (
-    Health,
-    healthy,
-    integrand_feed,
-    observe,
-    step_weight,
-    watches_unresolved,
-)
+from ._adjoint_health import Health, healthy, observe_step
 from ._lanes import any_lane_cond
 from ._save_cotangents import (
     SaveCotangents,
@@ -527,10 +520,8 @@ def reverse_sweep(
                 (slot == block - 1) | (n == 0), add_block, lambda pbar, rows, slot: pbar,
                 pbar, rows, slot,
             )
-        health = observe(health, n, tau, lam_in, lam, kbar_saves,
-                         step_weight(y, stages, system.tol.atol),
-                         integrand_feed(system, params, direction, tau, t_next, y, stages, mu),
-                         explicit=watches_unresolved(system), h=t_next - tau)
+        health = observe_step(health, system, params, direction, n, tau, t_next, y, stages,
+                              lam_in, lam, kbar_saves, mu)
         return lam, pbar, rows, health
 
     init = (n_hi - 1, read_step(n_hi - 1), lam, pbar, j, rows, health)
