@@ -19,7 +19,10 @@ class RESULTS(eqx.Enumeration):
         "(explicit Runge–Kutta methods need tiny steps there; use Rodas5 or Kvaerno5). "
         "With an implicit one, many rejected steps (`sol.stats['num_rejected_steps']`) "
         "point to a Newton iteration limit too low or a right-hand side that switches "
-        "in time or state (`jnp.where`): make such a switch an `Event`."
+        "in time or state (`jnp.where`): make such a switch an `Event`. A solution that "
+        "grows without bound (blows up in finite time) also ends here."
+        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
+        "steps, `inf` after the last one reached."
     )
     nonfinite = (
         "The right-hand side produced NaN or Inf and shrinking the step did not help. "
@@ -29,6 +32,8 @@ class RESULTS(eqx.Enumeration):
         "entries, e.g. sqrt at 0, make I - gamma h J singular for every step size); with "
         "`ForwardSensitivity` or `ContinuousAdjoint`, the sensitivity or adjoint equations "
         "(derivatives of `rhs`) may be what went NaN or Inf."
+        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
+        "steps, `inf` after the last one reached."
     )
     nonfinite_fixed_step = (
         "A fixed step (`ConstantStep`, `StepTo`, or a fixed-step solver's `dt0`) produced "
@@ -40,8 +45,11 @@ class RESULTS(eqx.Enumeration):
     step_size_too_small = (
         "The step size fell below the resolution of the time variable: the error "
         "estimate could not be brought below the tolerance. The problem is probably "
-        "stiff or singular near the current time; loosen `rtol`/`atol` or use a "
+        "stiff or singular where it stopped, or its solution blows up in finite time there "
+        "(grows without bound, the steps shrinking with it); loosen `rtol`/`atol` or use a "
         "shorter interval."
+        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
+        "steps, `inf` after the last one reached."
     )
     newton_failed = (
         "Newton's method did not converge on the stages of the implicit solver, even "
@@ -50,6 +58,8 @@ class RESULTS(eqx.Enumeration):
         "adaptive controller). Check `rhs` for NaN/Inf or non-smooth terms and the "
         "Jacobian `d rhs / dy` for singularities; or increase `max_newton_iterations` / "
         "use a Rosenbrock solver."
+        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
+        "steps, `inf` after the last one reached."
     )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "

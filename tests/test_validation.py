@@ -675,6 +675,11 @@ def test_step_size_too_small_at_a_singularity():
     assert sol.result == ja.RESULTS.step_size_too_small
     last = np.asarray(sol.steps)[int(sol.stats["num_accepted_steps"])]
     assert 0.99 < last < 1.01  # it stopped at the singularity
+    # The message names the blow-up and says where to read the time it stopped at (an
+    # epidemiologist's acceptance test: the error said "near the current time", no time).
+    message = str(sol.result)
+    assert "blows up in finite time" in message
+    assert "`throw=False` and read `sol.steps`" in message
 
 
 def test_differentiating_a_failed_solve_raises():
