@@ -247,6 +247,13 @@ def test_check_gradient_is_inconclusive_when_its_thresholds_accept_anything():
     assert _classify(1e-13, 1e-12, 25.0) == "round-off"
     assert _classify(3.0, 1e-12, 2.5) == "WRONG"
     assert _classify(1e-3, 1e-12, 0.4) == "truncation"
+    # Central differences too wide to decide cannot condemn either (Lorenz at t = 20: 0.88
+    # against a threshold of 0.64, the gradient 1.5 % from the truth).
+    from jaxadjoint._check_gradient import _classify_fd
+
+    assert _classify_fd(0.88, 1e-12, 0.64) == "inconclusive"
+    assert _classify_fd(0.3, 1e-12, 0.2) == "WRONG"
+    assert _classify_fd(0.1, 1e-12, 0.2) == "truncation"
 
     def check(tighter_verdict, fd_verdict, loss_change=0.25, fd_error=0.0):
         rows = (ja.GradientComparison("x", np.zeros(1), 1e-15, "round-off", 1e-12, "round-off"),
@@ -289,3 +296,38 @@ def test_check_gradient_names_one_wrong_component_hidden_in_the_norms():
     assert name == "['T']" and value == 0.0
     np.testing.assert_allclose(reference, -0.5 * np.exp(-1.3 - 0.5 * 1.7), rtol=1e-2)
     assert check.summary.startswith("UNRELIABLE: the component ['T'] is 0 by this method")
+
+
+def test_check_gradient_takes_a_module_and_explains_failed_differences():
+    """An `equinox.Module` with its activation functions is checked as `eqx.filter_grad`
+    differentiates it (a porting user's `TypeError: Cannot determine dtype of
+    <PjitFunction tanh>`); a solve that fails at the moved parameters of the central
+    differences is named as such (a Kepler orbit at e = 0.99: a bare max_steps error from
+    inside the check)."""
+    import equinox as eqx
+    import jax
+
+    mlp = eqx.nn.MLP(2, 2, 4, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    mlp = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, mlp)
+
+    def loss(m, **options):
+        sol = ja.solve(lambda t, y, m: 0.1 * m(y), jnp.array([1.0, -0.5]), 0.0, 1.0, m,
+                       **options)
+        return jnp.sum(sol.ys ** 2)
+
+    check = ja.check_gradient(loss, mlp, rtol=1e-6)
+    assert check.ok, str(check)
+    expected = eqx.filter_grad(lambda m: loss(m, rtol=1e-6, atol=1e-6))(mlp)
+    for got, want in zip(jax.tree.leaves(check.gradient), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(TypeError, match="`params` holds no floating-point arrays"):
+        ja.check_gradient(loss, {"activation": jnp.tanh})
+
+    def blows_up(p, **options):
+        # y' = p y^2 from 1 blows up at t = 1/p: just after t1 = 1 at p = 0.999, before it
+        # at the moved p + 2e-3.
+        return ja.solve(lambda t, y, p: p * y ** 2, jnp.ones(1), 0.0, 1.0, p,
+                        **options).ys[-1, 0]
+
+    with pytest.raises(RuntimeError, match="moved for the central differences .* failed"):
+        ja.check_gradient(blows_up, jnp.asarray(0.999), rtol=1e-6)
