@@ -266,7 +266,11 @@ def raise_if_blown_up(
             "right-hand side (or of the loss) is probably infinite or huge on the solution "
             "there (sqrt, log, a division or a power of a quantity that reaches zero): check "
             "jax.jacobian(rhs) along sol.ys near that time; smooth the model (e.g. "
-            "sqrt(x**2 + eps)) or keep the solution away from the singularity."
+            "sqrt(x**2 + eps)) or keep the solution away from the singularity. A third "
+            "cause: a sensitivity that really grows exponentially, a chaotic system over a "
+            "long horizon (Lorenz to t = 1000: e^(0.9 t)), overflowed the floating-point "
+            "range; such a gradient is meaningless even where it is finite (check "
+            "ja.check_gradient at a shorter horizon; fit over shorter windows)."
         )
 
     failed = (health.step >= 0) | ~finite
