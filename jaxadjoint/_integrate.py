@@ -218,9 +218,12 @@ def solve(
         check.check_reverse_mode_only(
             f"{type(sensitivity).__name__}()", (y0, t0, t1, args, saveat, rhs, integrand)
         )
+    # Called on concrete values, the solve hands every output back (`System.every_output_read`).
+    eager = all(check.is_concrete(x) for x in jax.tree.leaves(
+        (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
-        integrand, max_steps, throw, events, max_events,
+        integrand, max_steps, throw, events, max_events, eager,
     )
 
 
@@ -336,6 +339,7 @@ def _solve(
     throw: bool,
     events: tuple[Event, ...] = (),
     max_events: int = 16,
+    every_output_read: bool = False,
 ) -> Solution:
     """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves."""
     if not callable(rhs):
@@ -441,6 +445,7 @@ def _solve(
         # An event lies inside its step, as interpolated saves do.
         interpolate_saves=(saveat.ts is not None and not saveat.land_on_ts) or bool(events),
         event_directions=tuple(e.direction for e in events),
+        every_output_read=every_output_read,
     )
     problem = Problem(y0=y0_flat, params=params, t0=t0, t1=t1, ts=ts)
     if events:

@@ -52,6 +52,7 @@ class DerivedSystem(eqx.Module):
     land_on_ts: bool = eqx.field(static=True)
     interpolate_saves: bool = eqx.field(static=True)
     dense = False  # derived systems keep no dense output
+    every_output_read = False  # their grids and statistics are read where they are needed
 
     @property
     def has_integrand(self) -> bool:

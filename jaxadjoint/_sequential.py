@@ -49,7 +49,10 @@ body, not a branch, and come out bitwise the same (`tests/test_sequential.py`). 
 Lotka–Volterra's gradient (``y(t1)``) takes 0.36–0.53x, Robertson's 0.65–0.72x and Van der
 Pol's 0.46–0.66x the time of neither (benchmarks/README.md, "Steps in order").  With saves, the
 forward loop's dense-output rows and save times, and the reverse sweep's rows of their
-cotangents, are windowed too.  A solve that records nothing keeps one loop (no gain).
+cotangents, are windowed too.  A solve that records nothing keeps one loop under a trace,
+where what it does not read is dropped (not through nested loops); called on concrete
+values, every output is read, and it writes its grid (and rows) in windows
+(`System.every_output_read`).
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ class System(eqx.Module):
     # Event conditions (`_events`): the direction of each (their functions are in the
     # parameters), and which of them start at exactly zero (just fired, see `_segments`).
     event_directions: tuple[int, ...] = eqx.field(static=True, default=())
+    # `solve` called on concrete values (not under `jit`, `grad` or `vmap`): every output,
+    # the grid and the statistics included, is materialised, so a plain solve writes its
+    # grid through the record's windows too (`_forward.advance_window`).
+    every_output_read: bool = eqx.field(static=True, default=False)
     event_zero_start: Array | None = None
     # At a restart (`_segments`): (E,) bool, the conditions that fire at the start of the
     # first step (crossing at this instant); (E,) the rate of change of those that just

@@ -22,6 +22,7 @@ import pytest
 from test_dense_output import THETA, Y0, lotka_volterra
 
 import jaxadjoint as ja
+from jaxadjoint import _adjoint
 from jaxadjoint.problems.lotka_volterra import glv_rhs
 from jaxadjoint.problems.robertson import robertson_rhs
 
@@ -218,6 +219,44 @@ def test_records_in_windows_for_small_systems(monkeypatch, sequential):
     A = jnp.asarray(rng.normal(size=(10, 10)) * 0.3 - np.eye(10))
     big = (glv_rhs, jnp.linspace(0.5, 1.0, 10), (jnp.linspace(0.5, 1.0, 10), A), 2.0)
     assert in_mode(monkeypatch, sequential, count, jax.grad(loss_of(big)), big[2]) == 0
+
+
+def test_a_solve_called_on_concrete_values_writes_its_grid_in_windows(monkeypatch):
+    """Called on concrete values, `solve` hands back its grid and statistics, whose buffers
+    made the forward loop's body a task graph (a Kepler orbit of 3 380 Dopri5 steps: 5.9 ms
+    in one loop, 3.2 ms in windows; 1.9 ms reading only ``ys`` under `jit`, where the
+    loop stays one so that what is not read is dropped: XLA does not drop it through
+    nested loops).  The steps and outputs are bitwise those of the jitted solve."""
+    from jaxadjoint._integrate import _solve
+
+    rhs, y0, args, t1 = LV
+
+    def traced(every_output_read):
+        def solve(args):
+            return _solve(rhs, y0, 0.0, t1, args, ja.Dopri5(), 1e-6, 1e-8, None, None,
+                          ja.SaveAt(), ja.DiscreteAdjoint(), None, 4096, True, (), 16,
+                          every_output_read).ys
+        return _loops_in_loops(jax.make_jaxpr(solve)(args).jaxpr)
+
+    assert in_mode(monkeypatch, True, traced, True) == 1
+    assert in_mode(monkeypatch, True, traced, False) == 0
+    assert in_mode(monkeypatch, False, traced, True) == 0
+    seen = []
+    spied = _adjoint.forward_loop
+
+    def forward_loop(system, problem, recorder):
+        seen.append(system.every_output_read)
+        return spied(system, problem, recorder)
+
+    monkeypatch.setattr(_adjoint, "forward_loop", forward_loop)
+
+    def solve(args):
+        return ja.solve(rhs, y0, 0.0, t1, args, rtol=1e-6, atol=1e-8)
+
+    eager, jitted = in_mode(monkeypatch, True, lambda: (solve(args), jax.jit(solve)(args)))
+    assert seen == [True, False]
+    for got, want in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
+        np.testing.assert_array_equal(got, want)
 
 
 def _recorded(max_steps: int, checkpoint=None, throw: bool = True):
