@@ -2,6 +2,10 @@
 
 import equinox as eqx
 
+# The end of the messages of a solve that stopped before t1.
+WHERE_IT_STOPPED = (" Where it stopped: solve with `throw=False` and read `sol.steps`, the "
+                    "accepted steps, `inf` after the last one reached.")
+
 
 class RESULTS(eqx.Enumeration):
     """Outcome of `jaxadjoint.solve`, stored in `Solution.result`.
@@ -21,8 +25,7 @@ class RESULTS(eqx.Enumeration):
         "point to a Newton iteration limit too low or a right-hand side that switches "
         "in time or state (`jnp.where`): make such a switch an `Event`. A solution that "
         "grows without bound (blows up in finite time) also ends here."
-        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
-        "steps, `inf` after the last one reached."
+        + WHERE_IT_STOPPED
     )
     nonfinite = (
         "The right-hand side produced NaN or Inf and shrinking the step did not help. "
@@ -32,8 +35,7 @@ class RESULTS(eqx.Enumeration):
         "entries, e.g. sqrt at 0, make I - gamma h J singular for every step size); with "
         "`ForwardSensitivity` or `ContinuousAdjoint`, the sensitivity or adjoint equations "
         "(derivatives of `rhs`) may be what went NaN or Inf."
-        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
-        "steps, `inf` after the last one reached."
+        + WHERE_IT_STOPPED
     )
     nonfinite_fixed_step = (
         "A fixed step (`ConstantStep`, `StepTo`, or a fixed-step solver's `dt0`) produced "
@@ -48,8 +50,7 @@ class RESULTS(eqx.Enumeration):
         "stiff or singular where it stopped, or its solution blows up in finite time there "
         "(grows without bound, the steps shrinking with it); loosen `rtol`/`atol` or use a "
         "shorter interval."
-        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
-        "steps, `inf` after the last one reached."
+        + WHERE_IT_STOPPED
     )
     newton_failed = (
         "Newton's method did not converge on the stages of the implicit solver, even "
@@ -58,8 +59,7 @@ class RESULTS(eqx.Enumeration):
         "adaptive controller). Check `rhs` for NaN/Inf or non-smooth terms and the "
         "Jacobian `d rhs / dy` for singularities; or increase `max_newton_iterations` / "
         "use a Rosenbrock solver."
-        " Where it stopped: solve with `throw=False` and read `sol.steps`, the accepted "
-        "steps, `inf` after the last one reached."
+        + WHERE_IT_STOPPED
     )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
