@@ -88,8 +88,9 @@ class RESULTS(eqx.Enumeration):
         "the event. Check `Event.jump` (and the state it receives, `sol.events.ys`)."
     )
     max_events_reached = (
-        "The solve reached `max_events` events with a jump before `t1`. Increase "
-        "`max_events`, or make the event terminal (no `jump`) if the solve should stop."
+        "The solve reached `max_events` events before `t1` (events with a `jump`, or "
+        "recorded ones with `terminal=False`). Increase `max_events`, or make the event "
+        "terminal (no `jump`, `terminal=True`) if the solve should stop there."
     )
     event_chattering = (
         "An event with a jump fired again almost at once (events accumulating in a "

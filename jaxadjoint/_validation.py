@@ -272,7 +272,8 @@ def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Arra
                 f"rtol={float(rtol):g} is below the resolution of the state's dtype "
                 f"({jnp.result_type(rtol)}, eps = {eps:.3g}): the steps shrink until "
                 "round-off, not truncation, sets the error, which is then larger than at a "
-                "looser rtol. Loosen rtol, or solve in float64.")
+                "looser rtol. Loosen rtol" + (
+                    "." if jnp.result_type(rtol) == jnp.float64 else ", or solve in float64."))
         return rtol, atol
     if not throw:
         return rtol, atol
