@@ -405,8 +405,13 @@ def check_gradient(
             f"need rtol > 0, atol >= 0 and tighter > 1; got rtol={rtol!r}, atol={atol!r}, "
             f"tighter={tighter!r}"
         )
-    params, unravel = _checked_params(params)
-    flat = ravel_pytree(params)[0]
+    params, others = _float_arrays(params)
+    flat, unravel_arrays = ravel_pytree(params)
+
+    def unravel(x):
+        """The whole pytree, with the floating-point arrays from ``x``."""
+        return eqx.combine(unravel_arrays(x), others)
+
     eps = float(jnp.finfo(flat.dtype).eps)
     tight_rtol, tight_atol = rtol / tighter, jax.tree.map(lambda a: a / tighter, atol)
 
@@ -502,8 +507,7 @@ def check_gradient(
     mismatched = () if scale > 0 else component_mismatches(
         params, g, g_tight, g_fd, g_fd_double, roundoff)
     return GradientCheck(
-        gradient=ravel_pytree(params)[1](jnp.asarray(g)), method=type(method).__name__,
-        rtol=float(rtol),
+        gradient=unravel_arrays(jnp.asarray(g)), method=type(method).__name__, rtol=float(rtol),
         atol=float(atol) if is_scalar_atol(atol) else atol, roundoff=roundoff,
         truncation=truncation_floor,
         comparisons=tuple(rows), roundoff_noise=noise, loss_change=loss_change, fd_error=fd_error,
@@ -553,18 +557,16 @@ def _component_names(params: Any) -> list[str]:
     return names
 
 
-def _checked_params(params: Any) -> tuple[Any, Callable[[Array], Any]]:
-    """``(the floating-point arrays of params, unravel)``: ``unravel(flat)`` rebuilds the
-    whole pytree (the other leaves as given) from a flat vector of those arrays."""
+def _float_arrays(params: Any) -> tuple[Any, Any]:
+    """``params`` split into its floating-point arrays (what is checked, as
+    `equinox.filter_grad` differentiates) and the rest (`equinox.partition`)."""
     arrays, others = eqx.partition(params, eqx.is_inexact_array_like)
     if not jax.tree.leaves(arrays):
         raise TypeError(
             "check_gradient: `params` holds no floating-point arrays to check (got "
             f"{type(params).__name__}); pass the parameters the loss differentiates, e.g. "
             "a float array, a pytree of them, or an equinox.Module holding them")
-    arrays = jax.tree.map(jnp.asarray, arrays)
-    unravel_arrays = ravel_pytree(arrays)[1]
-    return arrays, lambda flat: eqx.combine(unravel_arrays(flat), others)
+    return jax.tree.map(jnp.asarray, arrays), others
 
 
 def _seed(k: Any, dtype: Any) -> Array:
