@@ -219,8 +219,11 @@ def solve(
             f"{type(sensitivity).__name__}()", (y0, t0, t1, args, saveat, rhs, integrand)
         )
     # Called on concrete values, the solve hands every output back (`System.every_output_read`).
-    eager = all(check.is_concrete(x) for x in jax.tree.leaves(
-        (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
+    # Not under `jit` with them: a closure over a traced value is no leaf of these, but
+    # `jit` stages every operation (even on constants) as a tracer.
+    eager = not isinstance(jnp.zeros(()), jax.core.Tracer) and all(
+        check.is_concrete(x) for x in jax.tree.leaves(
+            (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events, eager,

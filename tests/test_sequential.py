@@ -253,8 +253,13 @@ def test_a_solve_called_on_concrete_values_writes_its_grid_in_windows(monkeypatc
     def solve(args):
         return ja.solve(rhs, y0, 0.0, t1, args, rtol=1e-6, atol=1e-8)
 
+    def closing_over(args):  # constant inputs under `jit`, a traced value in `rhs`
+        return ja.solve(lambda t, y, _: rhs(t, y, args), y0, 0.0, t1, None, rtol=1e-6,
+                        atol=1e-8)
+
     eager, jitted = in_mode(monkeypatch, True, lambda: (solve(args), jax.jit(solve)(args)))
-    assert seen == [True, False]
+    in_mode(monkeypatch, True, jax.jit(closing_over), args)
+    assert seen == [True, False, False]
     for got, want in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
         np.testing.assert_array_equal(got, want)
 
