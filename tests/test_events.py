@@ -647,6 +647,7 @@ def test_out_of_events_without_saves_reports_nan_at_t1():
     sol = ja.solve(ball, jnp.array([2.0, 0.0]), 0.0, 3.0, FREE, events=BOUNCE,
                    max_events=2, throw=False)
     assert sol.result == ja.RESULTS.max_events_reached
+    assert "(events with a `jump`, or recorded ones with `terminal=False`)" in str(sol.result)
     np.testing.assert_array_equal(sol.ts, [3.0])
     assert np.all(np.isnan(np.asarray(sol.ys)))
 

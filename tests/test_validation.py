@@ -840,8 +840,14 @@ def test_precision_surprises_warn():
     with jax.numpy_dtype_promotion("standard"), pytest.warns(
             UserWarning, match="the solve runs in float32, the precision of `y0`"):
         ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, jnp.asarray(0.5, jnp.float64))
-    with pytest.warns(UserWarning, match=r"rtol=1e-10 is below the resolution"):
+    with pytest.warns(UserWarning, match=r"rtol=1e-10 is below the resolution.*Loosen "
+                      r"rtol, or solve in float64\."):
         ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
+    # In float64 it does not suggest float64.
+    with pytest.warns(UserWarning, match=r"rtol=1e-20 is below the resolution.*Loosen "
+                      r"rtol\.$"):
+        ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 0.1, 0.5, rtol=1e-20, atol=1e-20,
+                 max_steps=100_000, throw=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
