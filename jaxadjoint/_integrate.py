@@ -224,10 +224,61 @@ def solve(
     eager = not isinstance(jnp.zeros(()), jax.core.Tracer) and all(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
+    t0, t1, rtol, atol, dt0 = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0, controller)
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events, eager,
     )
+
+
+def _is_number(x: Any) -> bool:
+    """A Python int or float (not a bool): a constant of the jitted `_solve`."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any,
+                       controller: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """``t0, t1, rtol, atol, dt0`` with Python numbers made NumPy arrays of the solve's
+    dtype, checked here as `_solve` would check them.
+
+    `_solve` is an `equinox.filter_jit`: a Python number is a constant of the program it
+    compiles, so a direct call with a new ``t1`` or ``rtol`` compiled again (~1 s for a
+    3-state decay, 2026-11-29); an array is an argument of it, and a new value reuses the
+    program.  Inside `_solve` the arrays are traced and checked at run time, so what the
+    trace-time checks said about a number (a `ValueError`: ``t1 == t0``, non-finite times,
+    bad tolerances, a zero ``dt0``, a value the dtype cannot hold; the warning on ``rtol``
+    below eps) is said here.  A number is left as it is where that check cannot be made
+    (``y0`` not floating, whose error `_solve` gives; the other time or tolerance traced);
+    so is ``dt0`` beside `ConstantStep`/`StepTo`, which compare it with their step.
+    """
+    leaves = _floating_leaves(y0)
+    if leaves is None:
+        return t0, t1, rtol, atol, dt0
+    dtype = check.solve_dtype(leaves)
+
+    def concrete(*xs: Any) -> bool:
+        return all(eqx.is_array_like(x) and check.is_concrete(x) for x in xs)
+
+    if (_is_number(t0) or _is_number(t1)) and concrete(t0, t1):
+        t0_, t1_ = (check.as_real_array(name, np.asarray(x), dtype) if np.ndim(x) == 0 else x
+                    for name, x in (("t0", t0), ("t1", t1)))
+        if np.ndim(t0_) == 0 and np.ndim(t1_) == 0:
+            check.check_times(t0_, t1_)
+            t0 = t0_ if _is_number(t0) else t0
+            t1 = t1_ if _is_number(t1) else t1
+    if (_is_number(rtol) or _is_number(atol)) and concrete(rtol, *jax.tree.leaves(atol)):
+        rtol_ = check.as_real_array("rtol", np.asarray(rtol), dtype)
+        if np.ndim(rtol_) == 0:
+            atol_ = check.per_component_atol(jax.tree.map(np.asarray, atol), y0, dtype)
+            check.check_tolerances(rtol_, atol_)
+            rtol = rtol_ if _is_number(rtol) else rtol
+            atol = check.as_real_array("atol", np.asarray(atol), dtype) if _is_number(
+                atol) else atol
+    if _is_number(dt0) and not isinstance(controller, (ConstantStep, StepTo)):
+        dt0_ = check.as_real_array("dt0", np.asarray(dt0), dtype)
+        check.check_step("dt0", dt0_)
+        dt0 = dt0_
+    return t0, t1, rtol, atol, dt0
 
 
 def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> None:
@@ -260,8 +311,8 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
     jitted solve traces) are checked here, so that a bad component is named.  Python
     numbers are constants of the jitted solve, checked when it is traced."""
     tolerances = jax.tree.leaves((rtol, atol))
-    if all(isinstance(x, (int, float)) for x in tolerances):
-        return
+    if any(_is_number(x) for x in tolerances):
+        return  # checked with the numbers' conversion (`_numbers_as_arrays`)
     leaves = _floating_leaves(y0)
     if leaves is None:
         return  # `_solve` names the problem with `y0`

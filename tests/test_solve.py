@@ -91,6 +91,36 @@ def test_dt0_is_constant_step():
     assert len(helpers.accepted_grid(sol)) == 21
 
 
+def test_new_python_numbers_do_not_compile_again():
+    """A direct call with a new Python-number ``t0``, ``t1``, ``rtol``, ``atol`` or ``dt0``
+    reuses the compiled solve (they are passed as arrays: `_integrate._numbers_as_arrays`;
+    it compiled again, ~1 s, for each new value), with the results of array inputs, and
+    the checks of those numbers still raise before the solve."""
+    traces = []
+
+    def decay(t, y, k):
+        traces.append(None)  # once per trace of the solve (and its checks)
+        return -k * y
+
+    y0 = jnp.array([1.0, 2.0])
+    ja.solve(decay, y0, 0.0, 1.0, 0.5, rtol=1e-7, atol=1e-9, dt0=0.01)
+    traced = len(traces)
+    for t0, t1, rtol, atol, dt0 in [(0, 2.0, 1e-7, 1e-9, 0.01), (0.25, 1.5, 1e-6, 1e-8, 0.02)]:
+        sol = ja.solve(decay, y0, t0, t1, 0.5, rtol=rtol, atol=atol, dt0=dt0)
+    assert len(traces) == traced
+    arrays = ja.solve(decay, y0, *(jnp.asarray(x) for x in (0.25, 1.5)), 0.5,
+                      rtol=jnp.asarray(1e-6), atol=jnp.asarray(1e-8), dt0=jnp.asarray(0.02))
+    np.testing.assert_array_equal(sol.ys, arrays.ys)
+    np.testing.assert_allclose(sol.ys[-1], y0 * np.exp(-0.5 * 1.25), rtol=1e-5)
+    for bad, match in [(dict(t1=0.0), "`t1` must differ from `t0`"),
+                       (dict(t1=float("nan")), "`t0` and `t1` must be finite"),
+                       (dict(rtol=-1.0), "`rtol` and `atol` must be finite"),
+                       (dict(dt0=0.0), "`dt0` must be finite and non-zero")]:
+        kwargs = dict(dict(t1=1.0, rtol=1e-7, dt0=0.01), **bad)
+        with pytest.raises(ValueError, match=match):
+            ja.solve(decay, y0, 0.0, kwargs.pop("t1"), 0.5, **kwargs)
+
+
 def test_automatic_initial_step_costs_one_evaluation():
     solver = ja.BogackiShampine()
     kwargs = sc.solve_kwargs(solver, with_integral=False)  # no dt0: chosen automatically
