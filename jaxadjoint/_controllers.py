@@ -11,6 +11,7 @@ The forward loop runs outside differentiation (inside the custom VJP), so no
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -205,20 +206,49 @@ def initial_step(
 
 
 class _AdaptiveController(AbstractController):
+    """A controller that sets steps from the error estimate; every one takes ``dtmax``.
+
+    ``dtmax`` (keyword only; scipy's ``max_step``): no step is longer than ``|dtmax|``,
+    the first included.  For what the error estimate cannot see: a pulse or a switch in
+    the right-hand side shorter than the steps around it (a dose, a forcing that is zero
+    most of the time), or an event whose condition crosses zero and back within one step.
+    Steps are recorded, so gradients stay exact whatever limits them.
+    """
+
+    dtmax: float | Array | None = eqx.field(default=None, kw_only=True)
+
     @property
     def adaptive(self) -> bool:
         return True
 
+    def inputs_valid(self, tau0, tau1, direction):
+        del tau0, tau1, direction
+        if self.dtmax is None:
+            return jnp.array(True)
+        return step_valid(jnp.asarray(self.dtmax))
+
+    def _cap(self, h: Array) -> Array:
+        """``h`` limited to ``|dtmax|``."""
+        if self.dtmax is None:
+            return h
+        return jnp.minimum(h, jnp.abs(jnp.asarray(self.dtmax, jnp.result_type(h))))
+
     def __check_init__(self) -> None:
         """``0 < safety <= 1`` and ``0 < factor_min < 1 < factor_max`` where a controller
         has them as Python numbers: other values never shrink a rejected step (or never
-        grow an accepted one), and the solve ran to `max_steps` blaming stiffness."""
+        grow an accepted one), and the solve ran to `max_steps` blaming stiffness.  A
+        Python-number ``dtmax`` must be finite and positive (a traced one that is not
+        stops the solve: `RESULTS.invalid_controller`)."""
         def number(name):
             value = getattr(self, name, None)
             return value if isinstance(value, (int, float)) else None
 
         safety, low, high = number("safety"), number("factor_min"), number("factor_max")
         name = type(self).__name__
+        dtmax = number("dtmax")
+        if dtmax is not None and not (math.isfinite(dtmax) and dtmax > 0):
+            raise ValueError(f"`{name}(dtmax=...)` must be a finite positive step, got "
+                             f"{dtmax!r}")
         if safety is not None and not 0 < safety <= 1:
             raise ValueError(f"`{name}(safety=...)` must be in (0, 1], got {safety!r}")
         if low is not None and not 0 < low < 1:
@@ -228,8 +258,8 @@ class _AdaptiveController(AbstractController):
 
     def _first_step(self, f, tau0, y0, k0, dt0, solver, tol, direction):
         if dt0 is not None:
-            return jnp.abs(jnp.asarray(dt0, tau0.dtype)), 0
-        return initial_step(f, tau0, y0, k0, solver.order, tol), 1
+            return self._cap(jnp.abs(jnp.asarray(dt0, tau0.dtype))), 0
+        return self._cap(initial_step(f, tau0, y0, k0, solver.order, tol)), 1
 
 
 def _exponent_order(solver: AbstractSolver) -> int:
@@ -243,6 +273,8 @@ class IController(_AdaptiveController):
     ``err = ||e / (atol + rtol max(|y|, |y_new|))||_rms``; accept when ``err <= 1``;
     next step ``h * clip(safety * err ** (-1/q), factor_min, factor_max)`` with ``q`` the
     order of the error estimate plus one.  After a rejection the step may not grow.
+
+    Every adaptive controller takes ``dtmax=`` (keyword): the longest step allowed.
     """
 
     safety: float = 0.9
@@ -263,7 +295,7 @@ class IController(_AdaptiveController):
         factor = self.safety * jnp.where(err == 0, jnp.inf, err ** (-1.0 / q))
         factor = jnp.clip(factor, self.factor_min, self.factor_max)
         factor = jnp.where(rejected_before | ~accept, jnp.minimum(factor, 1.0), factor)
-        return accept, h * factor, ~accept
+        return accept, self._cap(h * factor), ~accept
 
 
 class PIController(_AdaptiveController):
@@ -272,6 +304,8 @@ class PIController(_AdaptiveController):
     ``factor = safety * err_n ** (-beta1/q) * err_{n-1} ** (beta2/q)``, clipped to
     ``[factor_min, factor_max]``.  The memory of the previous error smooths step-size
     sequences on problems where the I controller oscillates between accept and reject.
+
+    Every adaptive controller takes ``dtmax=`` (keyword): the longest step allowed.
     """
 
     beta1: float = 0.7
@@ -295,7 +329,7 @@ class PIController(_AdaptiveController):
         factor = self.safety * safe_err ** (-self.beta1 / q) * prev_err ** (self.beta2 / q)
         factor = jnp.clip(factor, self.factor_min, self.factor_max)
         factor = jnp.where(accept, factor, jnp.minimum(factor, 1.0))
-        return accept, h * factor, jnp.where(accept, safe_err, prev_err)
+        return accept, self._cap(h * factor), jnp.where(accept, safe_err, prev_err)
 
 
 class OdeintController(_AdaptiveController):
@@ -311,6 +345,8 @@ class OdeintController(_AdaptiveController):
 
     ``p_S`` is the order of the propagated solution and ``p_E`` that of the error
     estimator (odeint's ``stepper_order`` and ``error_order``).
+
+    Every adaptive controller takes ``dtmax=`` (keyword): the longest step allowed.
     """
 
     def init(self, f, tau0, tau1, y0, k0, dt0, solver, tol, direction):
@@ -326,4 +362,4 @@ class OdeintController(_AdaptiveController):
         shrink = jnp.maximum(0.9 * v ** (-1.0 / (p_e - 1)), 0.2)
         grow = 0.9 * jnp.maximum(v, 5.0 ** (-p_s)) ** (-1.0 / p_s)
         factor = jnp.where(v > 1, shrink, jnp.where(v < 0.5, grow, 1.0))
-        return v <= 1, h * factor, state
+        return v <= 1, self._cap(h * factor), state

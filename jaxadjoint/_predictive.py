@@ -25,7 +25,8 @@ class PredictiveController(_AdaptiveController):
     """Gustafsson's predictive controller (module docstring), the choice of Hairer's stiff
     codes: fewer rejected steps than `IController` on stiff transients.
 
-    Arguments: ``safety`` and the bounds ``factor_min``, ``factor_max`` of ``h_new / h``.
+    Arguments: ``safety`` and the bounds ``factor_min``, ``factor_max`` of ``h_new / h``;
+    ``dtmax=`` (keyword), the longest step allowed.
     """
 
     safety: float = 0.9
@@ -59,4 +60,4 @@ class PredictiveController(_AdaptiveController):
             has_prev | accept,
             ~accept,
         )
-        return accept, h * factor, new_state
+        return accept, self._cap(h * factor), new_state

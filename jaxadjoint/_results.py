@@ -75,9 +75,9 @@ class RESULTS(eqx.Enumeration):
     )
     invalid_first_step = "`dt0` must be finite and non-zero; the solve did not start."
     invalid_controller = (
-        "The controller's step grid is invalid: `ConstantStep.dt` must be finite and "
-        "non-zero, `StepTo.ts` must start at t0, end at t1 and move strictly from t0 "
-        "towards t1; the solve did not start."
+        "The controller's steps are invalid: `ConstantStep.dt` and an adaptive "
+        "controller's `dtmax` must be finite and non-zero, `StepTo.ts` must start at t0, "
+        "end at t1 and move strictly from t0 towards t1; the solve did not start."
     )
     event_condition_nonfinite = (
         "An event condition returned NaN or Inf at the start or after an accepted step: "

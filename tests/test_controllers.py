@@ -34,11 +34,14 @@ def controller_cases():
         (ja.CashKarp(), lambda t0, t1, saveat: ja.OdeintController()),  # the paper's pair
         (ja.Dopri5(), lambda t0, t1, saveat: ja.ConstantStep(jnp.asarray(0.05))),
         (ja.Heun(), lambda t0, t1, saveat: ja.StepTo(step_to_grid(t0, t1, saveat))),
+        # A traced step limit (scipy's max_step): the steps it caps are recorded like any.
+        (ja.Tsit5(), lambda t0, t1, saveat: ja.IController(dtmax=jnp.asarray(DTMAX))),
     ]
 
 
 CASE_IDS = ["Dopri5-I", "BogackiShampine-PI", "CashKarp-Odeint", "Dopri5-ConstantStep",
-            "Heun-StepTo"]
+            "Heun-StepTo", "Tsit5-I-dtmax"]
+DTMAX = 0.15
 
 
 @pytest.mark.parametrize("case", controller_cases(), ids=CASE_IDS)
@@ -51,6 +54,10 @@ def test_gradient_matches_replay(case):
         if isinstance(kwargs["controller"], ja.StepTo):
             # StepTo steps exactly to its times (the save times are among them).
             assert np.array_equal(sc.helpers.accepted_grid(sol), kwargs["controller"].ts)
+        if getattr(kwargs["controller"], "dtmax", None) is not None:
+            steps = np.abs(np.diff(sc.helpers.accepted_grid(sol)))
+            # It binds: every step but those shortened to land on t1 is dtmax.
+            assert steps.max() <= DTMAX * (1 + 1e-12) and np.sum(steps > 0.99 * DTMAX) > 5
 
 
 @pytest.mark.parametrize("case", controller_cases()[:3], ids=CASE_IDS[:3])
@@ -181,6 +188,32 @@ def test_constant_step_advances_through_round_off(t0, dt, dtype):
     assert int(sol.stats["num_accepted_steps"]) == steps
     np.testing.assert_allclose(np.asarray(sol.ys[0, 0]), np.exp(-0.7 * (t1 - t0)),
                                rtol=1e-5 if dtype == jnp.float32 else 1e-9)
+
+
+@pytest.mark.parametrize("make", [ja.IController, ja.PIController, ja.OdeintController,
+                                  ja.PredictiveController])
+def test_dtmax_caps_every_step(make):
+    """Each adaptive controller keeps every step, the first (``dt0``) included, within
+    ``dtmax``; the solution stays accurate (a short pulse the default steps can miss)."""
+    def pulse(t, y, k):  # a dose of 1 over [5, 5.1], decaying at rate k
+        return -k * y + jnp.where((t > 5.0) & (t < 5.1), 10.0, 0.0)
+
+    sol = ja.solve(pulse, jnp.ones(1), 0.0, 10.0, 0.5, controller=make(dtmax=0.05),
+                   dt0=1.0, rtol=1e-8, atol=1e-10)
+    steps = np.diff(sc.helpers.accepted_grid(sol))
+    assert steps[0] == 0.05 and steps.max() <= 0.05 * (1 + 1e-12)
+    exact = np.exp(-5.0) + 10 * (np.exp(-0.5 * 4.9) - np.exp(-0.5 * 5.0)) / 0.5
+    np.testing.assert_allclose(np.asarray(sol.ys[-1, 0]), exact, rtol=1e-5)  # the pulse's edges
+
+
+def test_bad_dtmax_is_refused():
+    with pytest.raises(ValueError, match=r"`PIController\(dtmax=...\)` must be a finite "):
+        ja.PIController(dtmax=0.0)
+    with pytest.raises(ValueError, match="finite positive"):
+        ja.IController(dtmax=float("nan"))
+    sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, throw=False,
+                   controller=ja.IController(dtmax=jnp.asarray(0.0)))
+    assert sol.result == ja.RESULTS.invalid_controller
 
 
 @pytest.mark.parametrize("make, match", [
