@@ -100,6 +100,7 @@ class Event(eqx.Module):
         self.direction = _direction(direction)
         self.jump = jump
         self.terminal = jump is None if terminal is None else terminal
+        _check_scipy_attributes(cond, self.direction, self.terminal)
 
     def __check_init__(self) -> None:
         if not callable(self.cond):
@@ -114,6 +115,33 @@ class Event(eqx.Module):
         if self.terminal and self.jump is not None:
             raise ValueError("`Event(..., jump=J, terminal=True)`: an event with a `jump` "
                              "continues the solve; drop `jump` for an event that stops it")
+
+
+def _check_scipy_attributes(cond: Any, direction: int, terminal: bool) -> None:
+    """Refuse a ``cond`` whose scipy-style ``terminal``/``direction`` attributes (as
+    ``solve_ivp`` reads them) say otherwise than the `Event`: they are not read, and a
+    ported event would silently stop where scipy's went on (terminal is scipy's opt-in,
+    and our default without a jump), or fire on crossings scipy's ignored."""
+    said = []
+    wanted = getattr(cond, "terminal", None)
+    if isinstance(wanted, int):  # bool included
+        if not isinstance(wanted, bool) and wanted > 1:
+            raise ValueError(f"`cond.terminal = {wanted}` (scipy's stop after {wanted} "
+                             "occurrences) has no equivalent: record the events "
+                             "(`Event(cond, terminal=False)`) and count `sol.events`")
+        if bool(wanted) != terminal:
+            said.append(f"terminal={bool(wanted)}")
+    wanted = getattr(cond, "direction", None)
+    if isinstance(wanted, (int, float)) and not isinstance(wanted, bool):
+        sign = (wanted > 0) - (wanted < 0)
+        if sign != direction:
+            said.append(f"direction={sign}")
+    if said:
+        raise ValueError(
+            f"`Event.cond` has the attribute(s) {', '.join(said)} (scipy's solve_ivp "
+            f"convention), which `Event` does not read; this Event has terminal={terminal}, "
+            f"direction={direction}. Pass them to the Event: "
+            f"`Event(cond, {', '.join(said)})`.")
 
 
 def _direction(d: Any) -> int:

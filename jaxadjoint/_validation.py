@@ -273,7 +273,9 @@ def check_tolerances(rtol: Array, atol: Array, throw: bool = True) -> tuple[Arra
                 f"({jnp.result_type(rtol)}, eps = {eps:.3g}): the steps shrink until "
                 "round-off, not truncation, sets the error, which is then larger than at a "
                 "looser rtol. Loosen rtol" + (
-                    "." if jnp.result_type(rtol) == jnp.float64 else ", or solve in float64."))
+                    "." if jnp.result_type(rtol) == jnp.float64 else
+                    ", or solve in float64 (jax.config.update(\"jax_enable_x64\", True) at "
+                    "the start, and a float64 `y0`)."))
         return rtol, atol
     if not throw:
         return rtol, atol

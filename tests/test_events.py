@@ -860,6 +860,25 @@ def test_bad_event_arguments():
                  integrand=lambda t, y, a: y)
 
 
+
+def test_scipy_event_attributes_are_not_silently_ignored():
+    """A condition ported from scipy's solve_ivp carries ``terminal``/``direction``
+    attributes; where they say otherwise than the `Event`, it is refused (a UAT: the
+    solve stopped at a crossing scipy ignored), and where they agree it is built."""
+    def hit(t, y, args):
+        return y[0] - 0.5
+
+    hit.terminal, hit.direction = False, -1
+    with pytest.raises(ValueError, match=r"terminal=False, direction=-1 \(scipy's solve_ivp"):
+        ja.Event(hit)
+    with pytest.raises(ValueError, match=r"`Event\(cond, direction=-1\)`"):
+        ja.Event(hit, terminal=False)
+    assert ja.Event(hit, direction="falling", terminal=False).direction == -1
+    hit.terminal = 2
+    with pytest.raises(ValueError, match="stop after 2 occurrences"):
+        ja.Event(hit, direction=-1, terminal=False)
+
+
 # --- an input switched off at a time: the README's dosing recipe --------------------------
 
 

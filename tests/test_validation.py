@@ -841,7 +841,8 @@ def test_precision_surprises_warn():
             UserWarning, match="the solve runs in float32, the precision of `y0`"):
         ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, jnp.asarray(0.5, jnp.float64))
     with pytest.warns(UserWarning, match=r"rtol=1e-10 is below the resolution.*Loosen "
-                      r"rtol, or solve in float64\."):
+                      r"rtol, or solve in float64 \(jax.config.update\(\"jax_enable_x64\", "
+                      r"True\) at the start, and a float64 `y0`\)\."):
         ja.solve(lambda t, y, k: -k * y, y0, 0.0, 1.0, 0.5, rtol=1e-10, atol=1e-10)
     # In float64 it does not suggest float64.
     with pytest.warns(UserWarning, match=r"rtol=1e-20 is below the resolution.*Loosen "
