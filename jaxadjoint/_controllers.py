@@ -11,12 +11,12 @@ The forward loop runs outside differentiation (inside the custom VJP), so no
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from ._validation import step_grid_valid, step_valid
@@ -205,6 +205,13 @@ def initial_step(
     return jnp.where(jnp.isfinite(h), h, 1e-6)
 
 
+def _number_as_array(x: Any) -> Any:
+    """A Python number as a NumPy array (float64: the solve casts it to its dtype)."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return np.asarray(x, np.float64)
+    return x
+
+
 class _AdaptiveController(AbstractController):
     """A controller that sets steps from the error estimate; every one takes ``dtmax``.
 
@@ -215,7 +222,10 @@ class _AdaptiveController(AbstractController):
     Steps are recorded, so gradients stay exact whatever limits them.
     """
 
-    dtmax: float | Array | None = eqx.field(default=None, kw_only=True)
+    # A Python number becomes a NumPy array: an argument of the jitted solve, not a constant
+    # of it, so that a new value does not compile it again (as `t1` and `rtol`).
+    dtmax: float | Array | None = eqx.field(default=None, kw_only=True,
+                                            converter=_number_as_array)
 
     @property
     def adaptive(self) -> bool:
@@ -245,10 +255,11 @@ class _AdaptiveController(AbstractController):
 
         safety, low, high = number("safety"), number("factor_min"), number("factor_max")
         name = type(self).__name__
-        dtmax = number("dtmax")
-        if dtmax is not None and not (math.isfinite(dtmax) and dtmax > 0):
-            raise ValueError(f"`{name}(dtmax=...)` must be a finite positive step, got "
-                             f"{dtmax!r}")
+        if isinstance(self.dtmax, np.ndarray):
+            dtmax = self.dtmax
+            if dtmax.ndim or not (np.isfinite(dtmax) and dtmax > 0):
+                raise ValueError(f"`{name}(dtmax=...)` must be a finite positive step, got "
+                                 f"{dtmax.tolist()!r}")
         if safety is not None and not 0 < safety <= 1:
             raise ValueError(f"`{name}(safety=...)` must be in (0, 1], got {safety!r}")
         if low is not None and not 0 < low < 1:

@@ -204,6 +204,8 @@ def solve(
         {"rtol": rtol, "atol": atol, "dt0": dt0, "controller": controller})
     max_steps = check.as_python_int("max_steps", max_steps)
     max_events = check.as_python_int("max_events", max_events)
+    if events is None:
+        _check_steps_fit(solver, controller, dt0, t0, t1, max_steps)
     check.check_python_float_nan("args", args)
     events = as_events(events)
     check.check_not_differentiated_without_jit((y0, t0, t1, args, saveat, rhs, integrand))
@@ -279,6 +281,34 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
         check.check_step("dt0", dt0_)
         dt0 = dt0_
     return t0, t1, rtol, atol, dt0
+
+
+def _check_steps_fit(solver: Any, controller: Any, dt0: Any, t0: Any, t1: Any,
+                     max_steps: Any) -> None:
+    """A longest step known before `jit` (`ConstantStep.dt`, a fixed-step solver's ``dt0``,
+    an adaptive controller's ``dtmax``) that needs more than ``max_steps`` steps from
+    ``t0`` to ``t1`` is a `ValueError` here, not a `max_steps` failure after running them
+    all.  (Not with events: a terminal one may stop the solve before, and each segment
+    between jumps has ``max_steps`` of its own.)"""
+    if isinstance(controller, ConstantStep):
+        name, step = "`ConstantStep.dt`", controller.dt
+    elif controller is None and not getattr(solver, "adaptive", True):
+        name, step = f"`dt0` (the constant step of {type(solver).__name__}())", dt0
+    else:
+        name, step = f"`{type(controller).__name__}.dtmax`", getattr(controller, "dtmax", None)
+    if not (isinstance(max_steps, int) and all(
+            eqx.is_array_like(x) and check.is_concrete(x) and np.ndim(x) == 0
+            for x in (step, t0, t1))):
+        return
+    with np.errstate(all="ignore"):
+        span, step = abs(float(t1) - float(t0)), abs(float(step))
+        if not (np.isfinite(span) and np.isfinite(step) and step > 0):
+            return  # the checks of `_solve` name these
+        needed = int(np.ceil(span / step * (1 - 1e-12)))
+    if needed > max_steps:
+        raise ValueError(f"{name} = {step:g} needs at least {needed} steps from "
+                         f"t0 = {float(t0):g} to t1 = {float(t1):g}, more than "
+                         f"`max_steps={max_steps}`: raise `max_steps` or the step")
 
 
 def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> None:

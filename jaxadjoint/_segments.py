@@ -45,6 +45,7 @@ from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
 from ._sensitivity_common import fail_when_differentiated
 from ._solution import EventLog, Solution
 from ._system import Problem, System
+from ._validation import save_times_valid
 
 
 class EventsOutput(NamedTuple):
@@ -201,10 +202,15 @@ def jump_segments(
 
     n_save = taus.shape[0]
     no_conditions = jnp.zeros((num_cond,), bool)
+    # Each segment sees the saves clipped into it, none outside: the times given are
+    # checked here, against the whole interval, and invalid ones leave every segment
+    # empty (a save past t1 under `jit` was NaN with a successful result; a UAT).
+    saves_ok = save_times_valid(taus, direction * problem.t0, tau1)
     init = (
         problem.t0, problem.y0, no_conditions, no_conditions, jnp.zeros((num_cond,), dtype),
-        no_conditions, jnp.array(True),
-        jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype), RESULTS.successful,
+        no_conditions, saves_ok,
+        jnp.full((n_save, problem.y0.shape[0]), jnp.nan, dtype),
+        RESULTS.where(saves_ok, RESULTS.successful, RESULTS.invalid_save_times),
     )
     final, log = jax.lax.scan(segment, init, jnp.arange(num_segments, dtype=jnp.int32))
     times, states, which, active, t_ends, y_ends, steps, stats = log

@@ -861,6 +861,27 @@ def test_bad_event_arguments():
 
 
 
+def test_traced_save_times_outside_the_interval_with_jumps():
+    """Segments see the saves clipped into them; the times given are checked against the
+    whole interval (a save past t1 under `jit` was NaN with a successful result; a UAT)."""
+    dose = ja.Event(lambda t, y, k: t - 2.0, direction="rising", jump=lambda t, y, k: y + 1.0)
+
+    @jax.jit
+    def saves(ts):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.array([1.0]), 0.0, 5.0, 0.5, saveat=ts,
+                       events=dose, throw=False)
+        return sol.ys[:, 0], sol.result
+
+    for ts in ([1.0, 3.0, 6.0], [-1.0, 3.0], [3.0, 1.0]):
+        ys, result = saves(jnp.asarray(ts))
+        assert result == ja.RESULTS.invalid_save_times, ts
+        assert np.all(np.isnan(ys))
+    ys, result = saves(jnp.asarray([1.0, 3.0, 5.0]))
+    assert result == ja.RESULTS.successful
+    np.testing.assert_allclose(ys, [np.exp(-0.5), np.exp(-1.5) + np.exp(-0.5),
+                                    np.exp(-2.5) + np.exp(-1.5)], rtol=1e-5)
+
+
 def test_scipy_event_attributes_are_not_silently_ignored():
     """A condition ported from scipy's solve_ivp carries ``terminal``/``direction``
     attributes; where they say otherwise than the `Event`, it is refused (a UAT: the
