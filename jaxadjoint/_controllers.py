@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from ._validation import step_grid_valid, step_valid
+from ._validation import is_concrete, step_grid_valid, step_valid
 from .solvers._base import AbstractSolver
 
 ControllerState = Any
@@ -215,10 +216,11 @@ def _number_as_array(x: Any) -> Any:
 class _AdaptiveController(AbstractController):
     """A controller that sets steps from the error estimate; every one takes ``dtmax``.
 
-    ``dtmax`` (keyword only; scipy's ``max_step``): no step is longer than ``|dtmax|``,
-    the first included.  For what the error estimate cannot see: a pulse or a switch in
-    the right-hand side shorter than the steps around it (a dose, a forcing that is zero
-    most of the time), or an event whose condition crosses zero and back within one step.
+    ``dtmax`` (keyword only; scipy's ``max_step``): no step is longer than ``|dtmax|``
+    (its sign is ignored, as ``dt0``'s), the first included.  For what the error estimate
+    cannot see: a pulse or a switch in the right-hand side shorter than the steps around
+    it (a dose, a forcing that is zero most of the time), or an event whose condition
+    crosses zero and back within one step.
     Steps are recorded, so gradients stay exact whatever limits them.
     """
 
@@ -247,19 +249,20 @@ class _AdaptiveController(AbstractController):
         """``0 < safety <= 1`` and ``0 < factor_min < 1 < factor_max`` where a controller
         has them as Python numbers: other values never shrink a rejected step (or never
         grow an accepted one), and the solve ran to `max_steps` blaming stiffness.  A
-        Python-number ``dtmax`` must be finite and positive (a traced one that is not
-        stops the solve: `RESULTS.invalid_controller`)."""
+        concrete ``dtmax`` must be finite and non-zero (a traced one that is not stops the
+        solve: `RESULTS.invalid_controller`); its sign is ignored, as ``dt0``'s."""
         def number(name):
             value = getattr(self, name, None)
             return value if isinstance(value, (int, float)) else None
 
         safety, low, high = number("safety"), number("factor_min"), number("factor_max")
         name = type(self).__name__
-        if isinstance(self.dtmax, np.ndarray):
-            dtmax = self.dtmax
-            if dtmax.ndim or not (np.isfinite(dtmax) and dtmax > 0):
-                raise ValueError(f"`{name}(dtmax=...)` must be a finite positive step, got "
-                                 f"{dtmax.tolist()!r}")
+        if isinstance(self.dtmax, np.ndarray) or (
+                isinstance(self.dtmax, jax.Array) and is_concrete(self.dtmax)):
+            dtmax = np.asarray(self.dtmax)
+            if dtmax.ndim or not (np.isfinite(dtmax) and dtmax != 0):
+                raise ValueError(f"`{name}(dtmax=...)` must be a finite non-zero step (its "
+                                 f"sign is ignored), got {dtmax.tolist()!r}")
         if safety is not None and not 0 < safety <= 1:
             raise ValueError(f"`{name}(safety=...)` must be in (0, 1], got {safety!r}")
         if low is not None and not 0 < low < 1:

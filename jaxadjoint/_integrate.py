@@ -167,7 +167,8 @@ def solve(
             constant step for fixed-step solvers without a ``controller``.  Its sign is
             ignored (as ``ConstantStep``'s): ``t0`` and ``t1`` set the direction.
         controller: `IController` (default for adaptive solvers), `PIController`,
-            `OdeintController`, `ConstantStep` or `StepTo`.
+            `PredictiveController`, `OdeintController` (each takes ``dtmax=``, the longest
+            step), `ConstantStep` or `StepTo`.
         saveat: 1-D array of times at which to return the state, evaluated on the
             solver's continuous extension (the steps do not depend on them), or a
             `SaveAt` (``land_on_ts=True``: steps end exactly on the save times;
@@ -261,13 +262,13 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
     def concrete(*xs: Any) -> bool:
         return all(eqx.is_array_like(x) and check.is_concrete(x) for x in xs)
 
-    if (_is_number(t0) or _is_number(t1)) and concrete(t0, t1):
-        t0_, t1_ = (check.as_real_array(name, np.asarray(x), dtype) if np.ndim(x) == 0 else x
+    if ((_is_number(t0) or _is_number(t1)) and concrete(t0, t1)
+            and np.ndim(t0) == 0 and np.ndim(t1) == 0):
+        t0_, t1_ = (check.as_real_array(name, np.asarray(x), dtype)
                     for name, x in (("t0", t0), ("t1", t1)))
-        if np.ndim(t0_) == 0 and np.ndim(t1_) == 0:
-            check.check_times(t0_, t1_)
-            t0 = t0_ if _is_number(t0) else t0
-            t1 = t1_ if _is_number(t1) else t1
+        check.check_times(t0_, t1_)
+        t0 = t0_ if _is_number(t0) else t0
+        t1 = t1_ if _is_number(t1) else t1
     if (_is_number(rtol) or _is_number(atol)) and concrete(rtol, *jax.tree.leaves(atol)):
         rtol_ = check.as_real_array("rtol", np.asarray(rtol), dtype)
         if np.ndim(rtol_) == 0:
@@ -338,8 +339,9 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
 
 def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
     """Tolerances known before `jit` (NumPy or concrete JAX arrays among them, which the
-    jitted solve traces) are checked here, so that a bad component is named.  Python
-    numbers are constants of the jitted solve, checked when it is traced."""
+    jitted solve traces) are checked here, so that a bad component is named.  With a
+    Python number among them they are checked where the numbers become arrays
+    (`_numbers_as_arrays`)."""
     tolerances = jax.tree.leaves((rtol, atol))
     if any(_is_number(x) for x in tolerances):
         return  # checked with the numbers' conversion (`_numbers_as_arrays`)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -230,11 +231,19 @@ def test_a_new_dtmax_does_not_compile_again():
 def test_bad_dtmax_is_refused():
     with pytest.raises(ValueError, match=r"`PIController\(dtmax=...\)` must be a finite "):
         ja.PIController(dtmax=0.0)
-    with pytest.raises(ValueError, match="finite positive"):
+    with pytest.raises(ValueError, match="finite non-zero step"):
         ja.IController(dtmax=float("nan"))
-    sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, throw=False,
-                   controller=ja.IController(dtmax=jnp.asarray(0.0)))
-    assert sol.result == ja.RESULTS.invalid_controller
+    with pytest.raises(ValueError, match="finite non-zero step"):
+        ja.IController(dtmax=jnp.asarray(jnp.inf))  # a concrete array too
+    assert ja.IController(dtmax=-0.5).dtmax == -0.5  # its sign is ignored, as dt0's
+
+    @jax.jit
+    def result(dtmax):  # traced: through the result
+        return ja.solve(lambda t, y, k: -k * y, jnp.ones(1), 0.0, 1.0, 0.5, throw=False,
+                        controller=ja.IController(dtmax=dtmax)).result
+
+    assert result(jnp.asarray(0.0)) == ja.RESULTS.invalid_controller
+    assert result(jnp.asarray(-0.5)) == ja.RESULTS.successful
     # A step limit known before `jit` that max_steps cannot reach t1 with (a UAT: 48 h at
     # dtmax 0.01 ran out of steps with a message that did not say why).
     for controller, name in [(ja.IController(dtmax=0.01), "`IController.dtmax` = 0.01"),
