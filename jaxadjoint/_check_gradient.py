@@ -386,7 +386,8 @@ def check_gradient(
         sensitivity: the method whose gradient is checked (default `DiscreteAdjoint()`).
         rtol, atol: the tolerances it is used at (``atol`` defaults to ``rtol``; it may be
             per component, an array or a pytree, as `jaxadjoint.solve` takes it).
-        tighter: the factor by which the reference solves tighten both tolerances.
+        tighter: the factor by which the reference solves tighten both tolerances (less
+            where it would take ``rtol`` below 16 eps of the parameters' dtype).
         roundoff_factor, truncation_factor: the thresholds, see the module docstring.
 
     Returns:
@@ -413,7 +414,10 @@ def check_gradient(
         return eqx.combine(unravel_arrays(x), others)
 
     eps = float(jnp.finfo(flat.dtype).eps)
-    tight_rtol, tight_atol = rtol / tighter, jax.tree.map(lambda a: a / tighter, atol)
+    # Not below the dtype's resolution, where round-off sets the error (and `solve` warns
+    # about an rtol the user never gave: float32 at rtol 1e-5 made 1e-7; a UAT).
+    factor = min(tighter, rtol / (16 * eps)) if rtol > 16 * eps else 1.0
+    tight_rtol, tight_atol = rtol / factor, jax.tree.map(lambda a: a / factor, atol)
 
     def value_and_grad_of(method_):
         # The loss times its seed ``1 + k eps`` (exactly 1 for k = 0); the value unseeded.

@@ -1,6 +1,7 @@
 """`check_gradient` and `identifiability`: the verdicts on a healthy and a broken case."""
 
 import dataclasses
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +67,22 @@ def test_check_gradient_measures_amplified_roundoff_and_global_error():
     assert check.loss_change > 5 * check.rtol
     assert fd.threshold - check.fd_error < fd.difference
     assert len(check.notes) == 3 and "round-off is amplified" in str(check)
+
+
+def test_check_gradient_in_float32_keeps_its_reference_above_round_off():
+    """At rtol 1e-5 in float32 the reference solves would be at 1e-7, below float32's
+    resolution: `solve` warned about an rtol the user never gave (a UAT).  The reference
+    stops at 16 eps, and the check still passes."""
+    def loss(k, **options):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(1, jnp.float32), 0.0, 1.0, k,
+                       **options)
+        return jnp.sum(sol.ys[-1] ** 2)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check = ja.check_gradient(loss, jnp.asarray(0.7, jnp.float32), rtol=1e-5)
+    assert check.ok, check
+    assert "tighter rtol=2e-06" in str(check)
 
 
 def test_check_gradient_rejects_bad_tolerances():
