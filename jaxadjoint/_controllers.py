@@ -206,13 +206,6 @@ def initial_step(
     return jnp.where(jnp.isfinite(h), h, 1e-6)
 
 
-def _number_as_array(x: Any) -> Any:
-    """A Python number as a NumPy array (float64: the solve casts it to its dtype)."""
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return np.asarray(x, np.float64)
-    return x
-
-
 class _AdaptiveController(AbstractController):
     """A controller that sets steps from the error estimate; every one takes ``dtmax``.
 
@@ -224,10 +217,9 @@ class _AdaptiveController(AbstractController):
     Steps are recorded, so gradients stay exact whatever limits them.
     """
 
-    # A Python number becomes a NumPy array: an argument of the jitted solve, not a constant
-    # of it, so that a new value does not compile it again (as `t1` and `rtol`).
-    dtmax: float | Array | None = eqx.field(default=None, kw_only=True,
-                                            converter=_number_as_array)
+    # A Python number stays one (the controller stays hashable, a static argument of a
+    # user's `jit`); `solve` hands it to the compiled solve as an array (`_integrate`).
+    dtmax: float | Array | None = eqx.field(default=None, kw_only=True)
 
     @property
     def adaptive(self) -> bool:
@@ -257,7 +249,7 @@ class _AdaptiveController(AbstractController):
 
         safety, low, high = number("safety"), number("factor_min"), number("factor_max")
         name = type(self).__name__
-        if isinstance(self.dtmax, np.ndarray) or (
+        if isinstance(self.dtmax, (int, float, np.ndarray)) or (
                 isinstance(self.dtmax, jax.Array) and is_concrete(self.dtmax)):
             dtmax = np.asarray(self.dtmax)
             if dtmax.ndim or not (np.isfinite(dtmax) and dtmax != 0):

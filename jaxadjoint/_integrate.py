@@ -228,6 +228,10 @@ def solve(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
     t0, t1, rtol, atol, dt0 = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0, controller)
+    if _is_number(getattr(controller, "dtmax", None)):
+        # (Checked when the controller was built.)
+        controller = eqx.tree_at(lambda c: c.dtmax, controller,
+                                 np.asarray(controller.dtmax, np.float64))
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events, eager,
@@ -242,7 +246,8 @@ def _is_number(x: Any) -> bool:
 def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any,
                        controller: Any) -> tuple[Any, Any, Any, Any, Any]:
     """``t0, t1, rtol, atol, dt0`` with Python numbers made NumPy arrays of the solve's
-    dtype, checked here as `_solve` would check them.
+    dtype, checked here as `_solve` would check them (a controller's ``dtmax`` likewise,
+    in `solve`).
 
     `_solve` is an `equinox.filter_jit`: a Python number is a constant of the program it
     compiles, so a direct call with a new ``t1`` or ``rtol`` compiled again (~1 s for a

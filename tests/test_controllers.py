@@ -211,7 +211,8 @@ def test_dtmax_caps_every_step(make):
 
 def test_a_new_dtmax_does_not_compile_again():
     """A Python-number ``dtmax`` is an argument of the compiled solve, as ``t1`` is: a
-    new value reuses it (a UAT scanned it: 3-4 s per value)."""
+    new value reuses it (a UAT scanned it: 3-4 s per value); the controller stays hashable
+    (another UAT used it as a static argument)."""
     traces = []
 
     def decay(t, y, k):
@@ -226,6 +227,8 @@ def test_a_new_dtmax_does_not_compile_again():
     traced = len(traces)
     assert steps(0.04) == 25 and first == 20
     assert len(traces) == traced
+    # The controller itself keeps the number: hashable, a static argument of a user's `jit`.
+    assert hash(ja.IController(dtmax=0.05)) == hash(ja.IController(dtmax=0.05))
 
 
 def test_bad_dtmax_is_refused():
