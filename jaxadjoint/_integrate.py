@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -199,7 +198,6 @@ def solve(
     """
     saveat = as_saveat(saveat)
     _check_concrete_save_times(saveat, t0, t1, y0)
-    _check_concrete_tolerances(rtol, atol, y0)
     controller = _check_concrete_step_grid(controller, t0, t1)
     check.check_steps_not_differentiated(
         {"rtol": rtol, "atol": atol, "dt0": dt0, "controller": controller})
@@ -227,11 +225,8 @@ def solve(
     eager = not isinstance(jnp.zeros(()), jax.core.Tracer) and all(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
-    t0, t1, rtol, atol, dt0 = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0, controller)
-    if _is_number(getattr(controller, "dtmax", None)):
-        # (Checked when the controller was built.)
-        controller = eqx.tree_at(lambda c: c.dtmax, controller,
-                                 np.asarray(controller.dtmax, np.float64))
+    t0, t1, rtol, atol, dt0, controller = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0,
+                                                             controller)
     return _solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events, eager,
@@ -244,10 +239,10 @@ def _is_number(x: Any) -> bool:
 
 
 def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any,
-                       controller: Any) -> tuple[Any, Any, Any, Any, Any]:
-    """``t0, t1, rtol, atol, dt0`` with Python numbers made NumPy arrays of the solve's
-    dtype, checked here as `_solve` would check them (a controller's ``dtmax`` likewise,
-    in `solve`).
+                       controller: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """``t0, t1, rtol, atol, dt0, controller`` with Python numbers made NumPy arrays of
+    the solve's dtype (a controller's ``dtmax``: float64, cast by the solve), checked as
+    `_solve` would check them (``dtmax`` when the controller was built).
 
     `_solve` is an `equinox.filter_jit`: a Python number is a constant of the program it
     compiles, so a direct call with a new ``t1`` or ``rtol`` compiled again (~1 s for a
@@ -255,13 +250,16 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
     program.  Inside `_solve` the arrays are traced and checked at run time, so what the
     trace-time checks said about a number (a `ValueError`: ``t1 == t0``, non-finite times,
     bad tolerances, a zero ``dt0``, a value the dtype cannot hold; the warning on ``rtol``
-    below eps) is said here.  A number is left as it is where that check cannot be made
+    below eps) is said before the solve.  A number is left as it is where that check cannot be made
     (``y0`` not floating, whose error `_solve` gives; the other time or tolerance traced);
     so is ``dt0`` beside `ConstantStep`/`StepTo`, which compare it with their step.
     """
+    if _is_number(getattr(controller, "dtmax", None)):
+        controller = eqx.tree_at(lambda c: c.dtmax, controller,
+                                 np.asarray(controller.dtmax, np.float64))
     leaves = _floating_leaves(y0)
     if leaves is None:
-        return t0, t1, rtol, atol, dt0
+        return t0, t1, rtol, atol, dt0, controller
     dtype = check.solve_dtype(leaves)
 
     def concrete(*xs: Any) -> bool:
@@ -274,19 +272,18 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
         check.check_times(t0_, t1_)
         t0 = t0_ if _is_number(t0) else t0
         t1 = t1_ if _is_number(t1) else t1
-    if (_is_number(rtol) or _is_number(atol)) and concrete(rtol, *jax.tree.leaves(atol)):
-        rtol_ = check.as_real_array("rtol", np.asarray(rtol), dtype)
-        if np.ndim(rtol_) == 0:
-            atol_ = check.per_component_atol(jax.tree.map(np.asarray, atol), y0, dtype)
-            check.check_tolerances(rtol_, atol_)
-            rtol = rtol_ if _is_number(rtol) else rtol
-            atol = check.as_real_array("atol", np.asarray(atol), dtype) if _is_number(
-                atol) else atol
+    # After the times, as `_solve` checks them.
+    _check_concrete_tolerances(rtol, atol, y0)
+    if concrete(rtol, *jax.tree.leaves(atol)):
+        if _is_number(rtol):
+            rtol = check.as_real_array("rtol", np.asarray(rtol), dtype)
+        if _is_number(atol):
+            atol = check.as_real_array("atol", np.asarray(atol), dtype)
     if _is_number(dt0) and not isinstance(controller, (ConstantStep, StepTo)):
         dt0_ = check.as_real_array("dt0", np.asarray(dt0), dtype)
         check.check_step("dt0", dt0_)
         dt0 = dt0_
-    return t0, t1, rtol, atol, dt0
+    return t0, t1, rtol, atol, dt0, controller
 
 
 def _check_steps_fit(solver: Any, controller: Any, dt0: Any, t0: Any, t1: Any,
@@ -343,13 +340,10 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
 
 
 def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
-    """Tolerances known before `jit` (NumPy or concrete JAX arrays among them, which the
-    jitted solve traces) are checked here, so that a bad component is named.  With a
-    Python number among them they are checked where the numbers become arrays
-    (`_numbers_as_arrays`)."""
+    """Tolerances known before `jit` are checked here, with a `ValueError` that names a bad
+    component (and the warning on an rtol below eps): the jitted solve traces them, Python
+    numbers included (`_numbers_as_arrays`), and would only fail at run time."""
     tolerances = jax.tree.leaves((rtol, atol))
-    if any(_is_number(x) for x in tolerances):
-        return  # checked with the numbers' conversion (`_numbers_as_arrays`)
     leaves = _floating_leaves(y0)
     if leaves is None:
         return  # `_solve` names the problem with `y0`
@@ -360,11 +354,7 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
     rtol_ = check.as_real_array("rtol", as_numpy[0], dtype)
     if np.ndim(rtol_) != 0:
         return  # `_solve` names the shape
-    with warnings.catch_warnings():
-        if isinstance(rtol, (int, float)):
-            # A Python number is a constant of the jitted solve, which warns about it.
-            warnings.simplefilter("ignore")
-        check.check_tolerances(rtol_, check.per_component_atol(as_numpy[1], y0, dtype))
+    check.check_tolerances(rtol_, check.per_component_atol(as_numpy[1], y0, dtype))
 
 
 def _floating_leaves(y0: Any) -> list[Any] | None:
