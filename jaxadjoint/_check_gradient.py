@@ -118,6 +118,8 @@ NOISE_SEEDS = (3.0, 7.0)
 COMPONENT_MISMATCH = 0.5
 COMPONENT_FD_AGREEMENT = 0.1
 COMPONENT_TRUNCATION = 10.0
+# ... and above the central difference's round-off, this many eps of the loss over its step.
+FD_ROUNDOFF = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,7 +511,8 @@ def check_gradient(
         verdict = (_classify_fd if ref is g_fd else _classify)(diff, bound, threshold)
         rows.append(GradientComparison(name, ref, diff, expected, threshold, verdict))
     mismatched = () if scale > 0 else component_mismatches(
-        params, g, g_tight, g_fd, g_fd_double, roundoff)
+        params, g, g_tight, g_fd, g_fd_double, roundoff,
+        _fd_noise(values[-1], eps, np.asarray(steps)))
     return GradientCheck(
         gradient=unravel_arrays(jnp.asarray(g)), method=type(method).__name__, rtol=float(rtol),
         atol=float(atol) if is_scalar_atol(atol) else atol, roundoff=roundoff,
@@ -520,7 +523,7 @@ def check_gradient(
 
 
 def component_mismatches(params: Any, g: np.ndarray, g_tight: np.ndarray, g_fd: np.ndarray,
-                         g_fd_double: np.ndarray, roundoff: float
+                         g_fd_double: np.ndarray, roundoff: float, fd_noise: np.ndarray
                          ) -> tuple[tuple[str, float, float], ...]:
     """The components of ``g`` that differ from their central differences ``g_fd`` by more
     than `COMPONENT_MISMATCH` of the larger of the two, where that difference is reliable:
@@ -528,8 +531,13 @@ def component_mismatches(params: Any, g: np.ndarray, g_tight: np.ndarray, g_fd: 
     `COMPONENT_FD_AGREEMENT` of itself, and the mismatch is `COMPONENT_TRUNCATION` times the
     component's own change between the tolerances, ``|g - g_tight|`` (its truncation, as
     measured: a component that is small by cancellation moves with the tolerance as much as
-    it misses the differences), and above ``roundoff`` times the gradient's norm.  Named by
-    their path in ``params``; largest mismatch first.
+    it misses the differences), and above ``roundoff`` times the gradient's norm and the
+    differences' own round-off ``fd_noise`` (`_fd_noise`).  Named by their path in
+    ``params``; largest mismatch first.
+
+    A loss that does not depend on the parameters (a conserved total) has the gradient 0
+    exactly, and its differences are noise (9e-13 on a loss of 42): a chemist's check called
+    that UNRELIABLE before the noise floor.
 
     An epidemic model's lockdown date behind `jnp.where(t > t_lock, ...)`: 0 against 0.105,
     beside seven rates with a gradient of norm 89; every norm comparison said OK.
@@ -541,9 +549,19 @@ def component_mismatches(params: Any, g: np.ndarray, g_tight: np.ndarray, g_fd: 
     truncation = COMPONENT_TRUNCATION * np.abs(g - g_tight)
     floor = roundoff * max(float(np.linalg.norm(g)), float(np.linalg.norm(g_fd)))
     flagged = (reliable & (difference > COMPONENT_MISMATCH * size) & (difference > truncation)
-               & (difference > floor) & np.isfinite(difference))
+               & (difference > floor) & (difference > fd_noise) & np.isfinite(difference))
     order = np.argsort(-np.where(flagged, difference, -1.0))
     return tuple((names[i], float(g[i]), float(g_fd[i])) for i in order if flagged[i])
+
+
+def _fd_noise(value: Any, eps: float, steps: np.ndarray) -> np.ndarray:
+    """The round-off of each central difference: `FD_ROUNDOFF` ``eps`` of the loss
+    ``value``, divided by the step ``h`` (a difference over ``2 h`` of two losses each
+    rounded).  Not the tight solve's rtol: the losses of nearby parameters share their
+    truncation error smoothly (a conserved total plus 1e-6 of a temperature: the differences
+    agreed with the gradient to 6e-6 where rtol / h is 5e-6 of the loss), and the step's own
+    error is caught by the agreement at ``2 h``."""
+    return FD_ROUNDOFF * eps * abs(float(value)) / steps
 
 
 def _component_names(params: Any) -> list[str]:

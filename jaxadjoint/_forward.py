@@ -161,6 +161,17 @@ def batch_witness(dtype: Any, *trees: Any) -> Array:
     return jnp.zeros((), dtype) * sum(jnp.sum(x) for x in firsts)
 
 
+# Why the step loop refuses to be differentiated (`forward_loop`).
+DIFFERENTIATED_INSIDE = (
+    "JAX tried to differentiate the step loop of a jaxadjoint solve, which no sensitivity "
+    "method allows (each gives the derivative by its own rule). This happens when a "
+    "derivative is differentiated again through a jax.jit that hides it from jaxadjoint's "
+    "own check, as in jax.jacfwd(jax.jit(jax.grad(loss))) or "
+    "jax.jacrev(jax.jit(jax.grad(loss))) with DiscreteAdjoint or ContinuousAdjoint. For "
+    "second derivatives solve with sensitivity=jaxadjoint.DiscreteForward() (jax.hessian, or "
+    "jax.jacfwd(jax.jacfwd(...))), or take differences of DiscreteAdjoint gradients."
+)
+
 # Results of traced inputs found invalid before the first step (`input_result`).
 NOT_STARTED = (RESULTS.invalid_times, RESULTS.invalid_save_times, RESULTS.invalid_tolerances,
                RESULTS.invalid_first_step, RESULTS.invalid_controller)
@@ -207,7 +218,20 @@ def forward_loop(system: System, problem: Problem, recorder: Recorder) -> Forwar
         out = each(lambda loop, c: loop.finish(c))(dyn, carry)
         return out, jax.tree.map(lambda _: True, out)
 
-    return solve(dynamic)
+    # Reached by JAX's differentiation only through a `jax.jit` that hid the solve from its
+    # own check (`jax.jacrev(jax.jit(jax.grad(loss)))`): JAX then failed inside, with
+    # "Linearization failed to produce known values" (reverse), or at a run-time check's
+    # callback, "Pure callbacks do not support JVP" (forward).  Say what happened instead.
+    @jax.custom_jvp
+    def undifferentiable(dyn: Any) -> ForwardOutput:
+        return solve(dyn)
+
+    @undifferentiable.defjvp
+    def refuse(primals: tuple, tangents: tuple) -> tuple:
+        del primals, tangents
+        raise TypeError(DIFFERENTIATED_INSIDE)
+
+    return undifferentiable(dynamic)
 
 
 class _Loop(NamedTuple):

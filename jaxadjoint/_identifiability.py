@@ -37,6 +37,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import jax
 import numpy as np
 
 from ._forward_sensitivity import SensitivityTrajectory
@@ -137,6 +138,43 @@ def _collinearity_index(columns: np.ndarray) -> float:
     return float("inf") if lam_min <= floor else 1.0 / np.sqrt(lam_min)
 
 
+def _stacked_parameters(dargs: Any, ys: Any, params: Any, names: Any
+                        ) -> tuple[Any, Any, Any]:
+    """A trajectory's ``dargs`` as one ``(K, N, P)`` array, ``params`` as ``(P,)`` and
+    names from the paths (unless given), when ``args`` was a pytree; else unchanged.
+
+    A chemist's ``args={"theta": theta, "Tc": 340.0}`` failed inside NumPy before
+    ("float() argument must be a string or a real number, not 'dict'")."""
+    leaves = jax.tree_util.tree_flatten_with_path(dargs)[0]
+    if len(leaves) == 1 and not leaves[0][0]:
+        return dargs, params, names  # ``args`` was one array
+    if not isinstance(ys, jax.Array | np.ndarray):
+        raise ValueError(
+            "identifiability: a SensitivityTrajectory whose state and args are both pytrees "
+            "is not supported; pass `S` as an array (K, N, P) and `ys` as (K, N).")
+    state_dims = np.ndim(ys)
+    if params is not None:
+        if jax.tree.structure(params) != jax.tree.structure(dargs):
+            raise ValueError(
+                "identifiability: `params` must have the structure of the trajectory's "
+                f"args, {jax.tree.structure(dargs)}, got {jax.tree.structure(params)}: pass "
+                "the args the trajectory was computed at (to analyse only some of them, "
+                "pass `S=traj.dargs['theta']`, `ys=traj.ys` and `params=theta`).")
+        params = np.concatenate([np.ravel(np.asarray(p, dtype=float))
+                                 for p in jax.tree.leaves(params)])
+    default_names = []
+    for path, leaf in leaves:
+        base = jax.tree_util.keystr(path)
+        leaf_shape = np.shape(leaf)[state_dims:]
+        default_names.extend(
+            [f"{base}[{', '.join(map(str, index))}]" for index in np.ndindex(*leaf_shape)]
+            if leaf_shape else [base])
+    stacked = np.concatenate(
+        [np.reshape(np.asarray(leaf, dtype=float), (*np.shape(ys), -1)) for _, leaf in leaves],
+        axis=-1)
+    return stacked, params, default_names if names is None else names
+
+
 def identifiability(
     S: Any,
     *,
@@ -153,9 +191,12 @@ def identifiability(
         S: ``dy/dp`` at the observation times, shape ``(K, N, P)`` (times, states,
             parameters; e.g. ``jax.jacfwd`` of a solve with ``saveat`` and
             ``sensitivity=ja.DiscreteForward()``), or ``(M, P)`` already stacked, or a
-            `SensitivityTrajectory` (its ``dargs``, one array of parameters; its ``ys`` are
-            then used for ``ys``).
-        params: the parameter values, shape ``(P,)``; needed unless ``scale="none"``.
+            `SensitivityTrajectory` (its ``dargs``; its ``ys`` are then used for ``ys``).
+            Its ``args`` may be a pytree (``{"theta": theta, "Tc": 340.0}``): every
+            element of every leaf is a parameter, in the order of ``jax.tree.leaves``,
+            named by its path (``['theta'][2]``) unless ``names`` are given.
+        params: the parameter values, shape ``(P,)``, or with a `SensitivityTrajectory`
+            the ``args`` it was computed at; needed unless ``scale="none"``.
         ys: the states at the observation times, ``S.shape[:-1]``; needed for
             ``scale="normalised"``.
         scale: ``"normalised"`` (default), ``"parameter"`` or ``"none"``; see the module
@@ -175,7 +216,7 @@ def identifiability(
     if isinstance(S, SensitivityTrajectory):
         if ys is None:
             ys = S.ys
-        S = S.dargs
+        S, params, names = _stacked_parameters(S.dargs, ys, params, names)
     S = np.asarray(S, dtype=float)
     if S.ndim not in (2, 3):
         raise ValueError(f"`S` must have shape (K, N, P) or (M, P), got {S.shape}.")

@@ -35,6 +35,24 @@ def _split_params(tree: Any) -> tuple[Any, Any, Any]:
     return params, aux, static
 
 
+def _closure_convert(fn: Callable, t0: Any, y0: Any, args: Any) -> Callable:
+    """``fn`` with every array it closes over made an input (`equinox.filter_closure_convert`),
+    also the arrays that a function inside ``args`` closes over.
+
+    Equinox skips tracing a plain function that closes over nothing, which is right for
+    the function itself but misses a traced array held by a callable in ``args``
+    (``args={"u": lambda t: spline.evaluate(t / T)}`` under `jax.grad` in ``T``): it
+    reached the solve's custom VJP as a closed-over value, and JAX refused with its
+    `CustomVJPException`.  A closure around ``fn`` makes Equinox trace the call, so those
+    arrays become inputs like the others.
+    """
+    if any(callable(leaf) for leaf in jax.tree.leaves(eqx.filter(args, eqx.is_array,
+                                                                  inverse=True))):
+        inner = fn
+        fn = lambda t, y, args: inner(t, y, args)  # noqa: E731 (a closure, on purpose)
+    return eqx.filter_closure_convert(fn, t0, y0, args)
+
+
 def _default_controller(
     solver: AbstractSolver, controller: AbstractController | None, dt0: Any
 ) -> AbstractController:
@@ -227,14 +245,14 @@ def solve(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
     t0, t1, rtol, atol, dt0, controller = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0,
                                                              controller)
-    return _solve(
+    return _jaxadjoint_solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
         integrand, max_steps, throw, events, max_events, eager,
     )
 
 
 def _is_number(x: Any) -> bool:
-    """A Python int or float (not a bool): a constant of the jitted `_solve`."""
+    """A Python int or float (not a bool): a constant of the jitted `_jaxadjoint_solve`."""
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -242,17 +260,18 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
                        controller: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     """``t0, t1, rtol, atol, dt0, controller`` with Python numbers made NumPy arrays of
     the solve's dtype (a controller's ``dtmax``: float64, cast by the solve), checked as
-    `_solve` would check them (``dtmax`` when the controller was built).
+    `_jaxadjoint_solve` would check them (``dtmax`` when the controller was built).
 
-    `_solve` is an `equinox.filter_jit`: a Python number is a constant of the program it
-    compiles, so a direct call with a new ``t1`` or ``rtol`` compiled again (~1 s for a
-    3-state decay, 2026-11-29); an array is an argument of it, and a new value reuses the
-    program.  Inside `_solve` the arrays are traced and checked at run time, so what the
-    trace-time checks said about a number (a `ValueError`: ``t1 == t0``, non-finite times,
-    bad tolerances, a zero ``dt0``, a value the dtype cannot hold; the warning on ``rtol``
-    below eps) is said before the solve.  A number is left as it is where that check cannot be made
-    (``y0`` not floating, whose error `_solve` gives; the other time or tolerance traced);
-    so is ``dt0`` beside `ConstantStep`/`StepTo`, which compare it with their step.
+    `_jaxadjoint_solve` is an `equinox.filter_jit`: a Python number is a constant of the
+    program it compiles, so a direct call with a new ``t1`` or ``rtol`` compiled again (~1 s
+    for a 3-state decay, 2026-11-29); an array is an argument of it, and a new value reuses
+    the program.  Inside `_jaxadjoint_solve` the arrays are traced and checked at run time,
+    so what the trace-time checks said about a number (a `ValueError`: ``t1 == t0``,
+    non-finite times, bad tolerances, a zero ``dt0``, a value the dtype cannot hold; the
+    warning on ``rtol`` below eps) is said before the solve.  A number is left as it is
+    where that check cannot be made (``y0`` not floating, whose error `_jaxadjoint_solve`
+    gives; the other time or tolerance traced); so is ``dt0`` beside
+    `ConstantStep`/`StepTo`, which compare it with their step.
     """
     if _is_number(getattr(controller, "dtmax", None)):
         controller = eqx.tree_at(lambda c: c.dtmax, controller,
@@ -272,7 +291,7 @@ def _numbers_as_arrays(y0: Any, t0: Any, t1: Any, rtol: Any, atol: Any, dt0: Any
         check.check_times(t0_, t1_)
         t0 = t0_ if _is_number(t0) else t0
         t1 = t1_ if _is_number(t1) else t1
-    # After the times, as `_solve` checks them.
+    # After the times, as `_jaxadjoint_solve` checks them.
     _check_concrete_tolerances(rtol, atol, y0)
     if concrete(rtol, *jax.tree.leaves(atol)):
         if _is_number(rtol):
@@ -306,7 +325,7 @@ def _check_steps_fit(solver: Any, controller: Any, dt0: Any, t0: Any, t1: Any,
     with np.errstate(all="ignore"):
         span, step = abs(float(t1) - float(t0)), abs(float(step))
         if not (np.isfinite(span) and np.isfinite(step) and step > 0):
-            return  # the checks of `_solve` name these
+            return  # the checks of `_jaxadjoint_solve` name these
         needed = int(np.ceil(span / step * (1 - 1e-12)))
     if needed > max_steps:
         raise ValueError(f"{name} = {step:g} needs at least {needed} steps from "
@@ -323,16 +342,16 @@ def _check_concrete_save_times(saveat: SaveAt, t0: Any, t1: Any, y0: Any) -> Non
     if saveat.ts is None or not all(check.is_concrete(x) for x in times):
         return
     if not all(eqx.is_array_like(x) for x in times):
-        return  # not numbers: the checks inside `_solve` name the argument
+        return  # not numbers: the checks inside `_jaxadjoint_solve` name the argument
     leaves = _floating_leaves(y0)
     if leaves is None:
-        return  # `_solve` names the problem with `y0`
+        return  # `_jaxadjoint_solve` names the problem with `y0`
     try:
         ts, t0_, t1_ = (np.asarray(x) for x in times)
     except (TypeError, ValueError):
         return
     if not (ts.ndim == 1 and ts.shape[0] and _real_numbers(ts, t0_, t1_)):
-        return  # `_solve` names the shape or dtype
+        return  # `_jaxadjoint_solve` names the shape or dtype
     dtype = check.solve_dtype(leaves)
     check.check_save_times(check.as_real_array("saveat", ts, dtype),
                            check.as_real_array("t0", t0_, dtype),
@@ -346,14 +365,14 @@ def _check_concrete_tolerances(rtol: Any, atol: Any, y0: Any) -> None:
     tolerances = jax.tree.leaves((rtol, atol))
     leaves = _floating_leaves(y0)
     if leaves is None:
-        return  # `_solve` names the problem with `y0`
+        return  # `_jaxadjoint_solve` names the problem with `y0`
     if not all(eqx.is_array_like(x) and check.is_concrete(x) for x in tolerances):
         return
     dtype = check.solve_dtype(leaves)
     as_numpy = jax.tree.map(np.asarray, (rtol, atol))
     rtol_ = check.as_real_array("rtol", as_numpy[0], dtype)
     if np.ndim(rtol_) != 0:
-        return  # `_solve` names the shape
+        return  # `_jaxadjoint_solve` names the shape
     check.check_tolerances(rtol_, check.per_component_atol(as_numpy[1], y0, dtype))
 
 
@@ -384,7 +403,7 @@ def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
         try:
             ts = np.asarray(ts)
         except (TypeError, ValueError):
-            return controller  # not numbers: the checks inside `_solve` name the argument
+            return controller  # not numbers: `_jaxadjoint_solve`'s checks name the argument
         controller = StepTo(ts)
     times = (ts, t0, t1)
     if not all(check.is_concrete(x) and eqx.is_array_like(x) for x in times):
@@ -402,7 +421,7 @@ def _check_concrete_step_grid(controller: Any, t0: Any, t1: Any) -> Any:
 
 
 @eqx.filter_jit
-def _solve(
+def _jaxadjoint_solve(  # its name marks a nested solve in a jaxpr (`_time_switches.SOLVE_NAME`)
     rhs: Callable[[Array, Any, Any], Any],
     y0: Any,
     t0: float | Array,
@@ -498,8 +517,8 @@ def _solve(
         shapes = eqx.filter_eval_shape(integrand, t0, y0, args)
         zeros = jax.tree.map(lambda s: jnp.zeros(np.shape(s), dtype), shapes)
         unravel_integral = ravel_pytree(zeros)[1]
-        integrand_cc = eqx.filter_closure_convert(integrand, t0, y0, args)
-    rhs_cc = eqx.filter_closure_convert(rhs, t0, y0, args)
+        integrand_cc = _closure_convert(integrand, t0, y0, args)
+    rhs_cc = _closure_convert(rhs, t0, y0, args)
     if controller.adaptive:
         warn_if_switching_in_time(solver, rhs, t0, y0, args)
     conditions_cc = ()

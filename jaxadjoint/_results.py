@@ -66,7 +66,10 @@ class RESULTS(eqx.Enumeration):
     )
     invalid_save_times = (
         "`saveat` must hold finite times inside [t0, t1], ordered from t0 towards t1 "
-        "(non-decreasing when t1 > t0, non-increasing when t1 < t0); the solve did not start."
+        "(non-decreasing when t1 > t0, non-increasing when t1 < t0); the solve did not start. "
+        "Under jax.vmap with save times per solve, pad each row with its own last time (or "
+        "its t1) and mask those saves out of the loss: NaN, 0 or a time beyond a solve's "
+        "t1 are refused; with throw=False, sol.result tells which solves have bad times."
     )
     invalid_times = (
         "`t0` and `t1` must be finite and different (an empty interval has no solution "

@@ -126,6 +126,33 @@ def test_python_closure_rhs():
     assert np.all(np.asarray(grads[0]) != 0)
 
 
+def test_function_in_args_closing_over_traced_arrays():
+    """``args={"u": lambda t: ...}`` with the lambda closing over what is differentiated,
+    and a rhs that closes over nothing: JAX refused with a `CustomVJPException` (Equinox
+    does not trace a function without a closure, so the lambda's arrays reached the custom
+    VJP as closed-over values).  The gradient now equals that of the same field with the
+    array passed in ``args`` (a trajectory engineer's acceptance test, 2026-11-29)."""
+    y0 = jnp.array([0.5, -1.0])
+
+    def rhs(t, y, args):
+        return -args["u"](t) * y
+
+    def with_function(k):
+        args = {"u": lambda t: k * (1 + t)}
+        return ja.solve(rhs, y0, 0.0, 1.0, args, saveat=jnp.array([0.5, 1.0])).ys
+
+    def with_array(k):
+        return ja.solve(lambda t, y, k: -k * (1 + t) * y, y0, 0.0, 1.0, k,
+                        saveat=jnp.array([0.5, 1.0])).ys
+
+    k = jnp.array([0.7, 1.3])
+    got = jax.jacrev(with_function)(k)
+    assert helpers.max_rel_diff(got, jax.jacrev(with_array)(k)) < 1e-14
+    assert helpers.max_rel_diff(
+        jax.vmap(jax.grad(lambda k: with_function(k).sum()))(jnp.stack([k, 2 * k])),
+        jax.vmap(jax.grad(lambda k: with_array(k).sum()))(jnp.stack([k, 2 * k]))) < 1e-14
+
+
 class NeuralField(eqx.Module):
     """A neural ODE right-hand side: ``y' = mlp(y) * (1 + 0.1 t)``."""
 

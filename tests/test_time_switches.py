@@ -134,3 +134,29 @@ def test_differentiating_a_switch_time_warns(differentiate, sensitivity):
 def test_no_switch_time_warning_for_other_arguments():
     """Differentiating the rate alone (the switch time a constant) warns of nothing."""
     assert not _derivative_warnings(jax.grad, ja.DiscreteAdjoint(), argument="k")
+
+
+def test_a_solve_nested_in_rhs_is_no_switch():
+    """A solve inside ``rhs`` whose ``t1`` follows the outer ``t``: its step control
+    compares times with ``t1`` (so with ``t`` and the differentiated rate) at every step,
+    and the outer solve warned of a switch, though its gradient is exact (a trajectory
+    engineer's test, 2026-11-29).  A comparison of the same values in ``rhs`` itself still
+    warns."""
+
+    def inner(t, y, k):
+        return -k * y
+
+    def nested(t, y, k):
+        return -ja.solve(inner, y, 0.0, 1.0 + 0.1 * t, k).ys[-1]
+
+    def compared(t, y, k):
+        return jnp.where(t < k, -y, y)
+
+    for rhs, expected in ((nested, 0), (compared, 1)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jax.eval_shape(jax.grad(
+                lambda k, rhs=rhs: ja.solve(rhs, jnp.ones(1), 0.0, 1.0, k).ys[-1, 0]),
+                jnp.asarray(2.0))
+        found = [w for w in caught if issubclass(w.category, ja.TimeSwitchWarning)]
+        assert len(found) == expected, rhs.__name__

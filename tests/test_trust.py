@@ -182,6 +182,34 @@ def test_identifiability_detects_product_of_parameters():
     assert np.all(reduced.collinearity < 15)
 
 
+
+def test_identifiability_of_a_pytree_of_args():
+    """``args`` as a dict (rates beside an experimental condition), as a chemist passes
+    them: the columns of all leaves are analysed together, named by their paths, and the
+    report equals that of the same parameters as one array (before, NumPy failed on the
+    dict).  ``params`` of another structure is refused with what to pass instead."""
+    p = jnp.array([1.5, 2.0, 0.5, 3.0, 1.0])
+    ts = jnp.linspace(0.5, 3.0, 6)
+
+    def as_dict(x):
+        return {"alpha": x[0], "betas": x[1:3], "rest": x[3:]}
+
+    def rhs(t, y, d):
+        return _lv_product(t, y, jnp.concatenate([d["alpha"][None], d["betas"], d["rest"]]))
+
+    options = dict(saveat=ts, sensitivity=ja.DiscreteForward(), rtol=1e-8, atol=1e-8)
+    y0 = jnp.array([1.0, 1.0])
+    flat = ja.identifiability(ja.sensitivity_trajectory(_lv_product, y0, 0.0, 3.0, p, **options),
+                              params=p)
+    traj = ja.sensitivity_trajectory(rhs, y0, 0.0, 3.0, as_dict(p), **options)
+    report = ja.identifiability(traj, params=as_dict(p))
+    assert report.names == ("['alpha']", "['betas'][0]", "['betas'][1]", "['rest'][0]",
+                            "['rest'][1]")
+    np.testing.assert_allclose(report.singular_values, flat.singular_values, rtol=1e-12)
+    assert report.subsets[0] == (1, 2) and report.rank == 4
+    with pytest.raises(ValueError, match=r"structure of the trajectory's args.*dargs"):
+        ja.identifiability(traj, params=p)
+
 def test_identifiability_robertson_matches_reference():
     pr = robertson_problem(40.0)
     traj = ja.sensitivity_trajectory(
@@ -313,6 +341,25 @@ def test_check_gradient_names_one_wrong_component_hidden_in_the_norms():
     assert name == "['T']" and value == 0.0
     np.testing.assert_allclose(reference, -0.5 * np.exp(-1.3 - 0.5 * 1.7), rtol=1e-2)
     assert check.summary.startswith("UNRELIABLE: the component ['T'] is 0 by this method")
+
+
+def test_a_zero_gradient_is_not_flagged_against_round_off_of_its_differences():
+    """A loss that does not depend on the parameters (a conserved total of a reaction
+    network: 42 moles) has the gradient 0 exactly; its central differences are round-off,
+    9e-13 over a step of 2e-3, and by chance one agreed with its value at twice the step.
+    The component check called it UNRELIABLE (a chemist's check, 2026-11-29); a component
+    is now compared only above the differences' round-off, `eps |L| / h` (times 10)."""
+    from jaxadjoint._check_gradient import component_mismatches
+
+    g = np.zeros(2)
+    g_fd = np.array([9.1e-13, -3e-13])
+    g_fd_double = np.array([9.5e-13, 5e-13])
+    steps = np.full(2, 2e-3)
+    noise = 10 * np.finfo(np.float64).eps * 42.0 / steps
+    assert component_mismatches({"k": g}, g, g, g_fd, g_fd_double, 2.2e-12, noise) == ()
+    # The same mismatch above that floor is still named.
+    assert component_mismatches({"k": g}, g, g, 1e6 * g_fd, 1e6 * g_fd_double, 2.2e-12,
+                                noise) == (("['k'][0]", 0.0, 9.1e-07),)
 
 
 def test_check_gradient_takes_a_module_and_explains_failed_differences():

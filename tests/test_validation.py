@@ -9,6 +9,7 @@ that names the failed lane under `vmap`).
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -730,6 +731,34 @@ def test_reverse_over_reverse_mode_through_reverse_only_sensitivity(sensitivity,
     }
     with pytest.raises(TypeError, match=r"first derivatives only.*DiscreteForward"):
         transforms[mode]()
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.ContinuousAdjoint()],
+                         ids=["DiscreteAdjoint", "ContinuousAdjoint"])
+@pytest.mark.parametrize("mode", ["jacfwd-jit-grad", "jvp-jit-grad", "jacrev-jit-grad"])
+def test_second_derivative_through_a_jitted_gradient_is_refused(sensitivity, mode):
+    """A `jax.jit` around the gradient hides the reverse sweep from the solve's trace-time
+    check, so JAX differentiated the library's own code and failed deep inside it ("Pure
+    callbacks do not support JVP", "Linearization failed to produce known values"). The
+    step loop now refuses, saying why and what to use; `DiscreteForward` still works."""
+
+    def loss(k, sensitivity=sensitivity):
+        sol = ja.solve(lambda t, y, k: -k * y, jnp.ones(2), 0.0, 1.0, k,
+                       sensitivity=sensitivity)
+        return jnp.sum(sol.ys**2)
+
+    transforms = {
+        "jacfwd-jit-grad": lambda f: jax.jacfwd(jax.jit(jax.grad(f)))(0.5),
+        "jvp-jit-grad": lambda f: jax.jvp(jax.jit(jax.grad(f)), (0.5,), (1.0,))[1],
+        "jacrev-jit-grad": lambda f: jax.jacrev(jax.jit(jax.grad(f)))(0.5),
+    }
+    with pytest.raises(TypeError, match=r"step loop.*jax.jit.*DiscreteForward"):
+        transforms[mode](loss)
+    if isinstance(sensitivity, ja.ContinuousAdjoint):
+        return  # DiscreteForward once is enough
+    # d2/dk2 of 2 exp(-2k) (y0 = (1, 1), t = 1): 8 exp(-2k), to the solve's tolerance.
+    second = transforms[mode](functools.partial(loss, sensitivity=ja.DiscreteForward()))
+    assert jnp.allclose(second, 8 * jnp.exp(-1.0), rtol=1e-4)
 
 
 @pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.DiscreteForward(),
