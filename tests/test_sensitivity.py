@@ -458,8 +458,16 @@ def test_backsolve_that_loses_the_state_is_refused():
 
     grad = eqx.filter_jit(jax.grad(loss, argnums=(0, 1)))
     with pytest.raises(Exception, match=r"state='backsolve'\) integrates the state back from "
-                       r"y\(t1\) .* arrived at t0 [0-9.e+]+ tolerance units .*more than 100"):
+                       r"y\(t1\) .* arrived at t0 [0-9.e+]+ tolerance units .*more than "
+                       r"max_drift=100\).*max_drift=\.\.\."):
         jax.block_until_ready(grad(y0, k, ja.ContinuousAdjoint(state="backsolve"), 2.0))
+    # Accepted where the user says so (an FFJORD user's opt-out), and then off.
+    accepted = grad(y0, k, ja.ContinuousAdjoint(state="backsolve", max_drift=float("inf")), 2.0)
+    # d y_2(2) / d k_2 is -4 e^(-60) ~ -3.5e-26; off the trajectory it came out -5.4e-9.
+    assert abs(float(accepted[1][1])) > 1e-12
+    for bad in (0.0, -1.0, "100", True):
+        with pytest.raises(ValueError, match="`max_drift` must be a positive number"):
+            ja.ContinuousAdjoint(state="backsolve", max_drift=bad)
     for sensitivity, t1 in [(ja.ContinuousAdjoint(), 2.0),
                             (ja.ContinuousAdjoint(state="backsolve"), 0.1)]:
         got = grad(y0, k, sensitivity, t1)

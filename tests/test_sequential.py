@@ -227,7 +227,7 @@ def test_a_solve_called_on_concrete_values_writes_its_grid_in_windows(monkeypatc
     in one loop, 3.2 ms in windows; 1.9 ms reading only ``ys`` under `jit`, where the
     loop stays one so that what is not read is dropped: XLA does not drop it through
     nested loops).  The steps and outputs are bitwise those of the jitted solve."""
-    from jaxadjoint._integrate import _solve
+    from jaxadjoint._integrate import _jaxadjoint_solve as _solve
 
     rhs, y0, args, t1 = LV
 
