@@ -418,8 +418,15 @@ def check_gradient(
     eps = float(jnp.finfo(flat.dtype).eps)
     # Not below the dtype's resolution, where round-off sets the error (and `solve` warns
     # about an rtol the user never gave: float32 at rtol 1e-5 made 1e-7; a UAT).
-    factor = min(tighter, rtol / (16 * eps)) if rtol > 16 * eps else 1.0
+    if rtol <= 16 * eps:
+        raise ValueError(
+            f"check_gradient: rtol={rtol:g} is at the resolution of {flat.dtype} (16 eps = "
+            f"{16 * eps:.1e}), so no tighter solve can tell truncation from the gradient's "
+            "error: check at a looser rtol (e.g. 1e-4 in float32), or in float64 "
+            "(jax.config.update('jax_enable_x64', True)).")
+    factor = min(tighter, rtol / (16 * eps))
     tight_rtol, tight_atol = rtol / factor, jax.tree.map(lambda a: a / factor, atol)
+    _check_options_reach_solve(loss, unravel(flat), method, atol)
 
     def value_and_grad_of(method_):
         # The loss times its seed ``1 + k eps`` (exactly 1 for k = 0); the value unseeded.
@@ -552,6 +559,34 @@ def component_mismatches(params: Any, g: np.ndarray, g_tight: np.ndarray, g_fd: 
                & (difference > floor) & (difference > fd_noise) & np.isfinite(difference))
     order = np.argsort(-np.where(flagged, difference, -1.0))
     return tuple((names[i], float(g[i]), float(g_fd[i])) for i in order if flagged[i])
+
+
+def _check_options_reach_solve(loss: Callable, params: Any, method: Any, atol: Any) -> None:
+    """Refuse a ``loss`` that does not pass its keyword options on to `jaxadjoint.solve`.
+
+    The check compares solves at two tolerances and two methods through those options; a
+    loss that drops them compares each solve with itself, and every row said 0 and OK (a
+    newcomer's ``def loss(theta)``, 2026-11-29).  Probed with ``rtol=-1``, which a solve
+    refuses at once: a loss that returns a finite value never handed it on."""
+    try:
+        value = loss(params, sensitivity=method, rtol=-1.0, atol=atol)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            return
+        raise TypeError(OPTIONS_NOT_FORWARDED + f" (calling it failed: {error})") from error
+    except Exception:  # noqa: BLE001 (the solve refused rtol=-1: the options reach it)
+        return
+    if np.all(np.isfinite(np.asarray(value))):
+        raise ValueError(OPTIONS_NOT_FORWARDED + " (with rtol=-1, which a solve refuses, it "
+                         "returned a value).")
+
+
+OPTIONS_NOT_FORWARDED = (
+    "check_gradient calls loss(params, sensitivity=..., rtol=..., atol=...) and compares "
+    "solves at two tolerances and two methods through these options, so the loss must pass "
+    "them on to every ja.solve: def loss(p, **options): sol = ja.solve(rhs, y0, t0, t1, p, "
+    "**options); ... The loss given does not"
+)
 
 
 def _fd_noise(value: Any, eps: float, steps: np.ndarray) -> np.ndarray:

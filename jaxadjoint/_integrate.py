@@ -17,6 +17,7 @@ from ._adjoint import DiscreteAdjoint
 from ._controllers import AbstractController, ConstantStep, IController, StepTo, Tolerances
 from ._dense import DenseInterpolation
 from ._events import Event, as_events
+from ._fingerprint import fingerprint
 from ._saveat import SaveAt, as_saveat
 from ._segments import check_events, checked_condition, solve_events
 from ._sensitivity_base import AbstractSensitivity
@@ -240,14 +241,20 @@ def solve(
     # Called on concrete values, the solve hands every output back (`System.every_output_read`).
     # Not under `jit` with them: a closure over a traced value is no leaf of these, but
     # `jit` stages every operation (even on constants) as a tracer.
-    eager = not isinstance(jnp.zeros(()), jax.core.Tracer) and all(
+    outside_jit = not isinstance(jnp.zeros(()), jax.core.Tracer)
+    eager = outside_jit and all(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
     t0, t1, rtol, atol, dt0, controller = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0,
                                                              controller)
+    # Outside `jit`, what the functions read from globals is part of the cache key (traced
+    # at `t0` as the solve will have it: a Python int `t0` would give another jaxpr).
+    reads = fingerprint(
+        (rhs, integrand, *(f for e in events for f in (e.cond, e.jump))), t0, y0, args,
+    ) if outside_jit else None
     return _jaxadjoint_solve(
         rhs, y0, t0, t1, args, solver, rtol, atol, dt0, controller, saveat, sensitivity,
-        integrand, max_steps, throw, events, max_events, eager,
+        integrand, max_steps, throw, events, max_events, eager, reads,
     )
 
 
@@ -440,8 +447,13 @@ def _jaxadjoint_solve(  # its name marks a nested solve in a jaxpr (`_time_switc
     events: tuple[Event, ...] = (),
     max_events: int = 16,
     every_output_read: bool = False,
+    reads: str | None = None,
 ) -> Solution:
-    """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves."""
+    """`solve`, compiled: checks the inputs, builds the `System` and `Problem`, solves.
+
+    ``reads`` is only a cache key: what the functions read besides their inputs
+    (`_fingerprint`), so that a changed global compiles again."""
+    del reads
     if not callable(rhs):
         raise TypeError(f"`rhs` must be callable as rhs(t, y, args), got {type(rhs).__name__}")
     if not isinstance(solver, AbstractSolver):

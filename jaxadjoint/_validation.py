@@ -400,7 +400,14 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
         untraceable = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
         if isinstance(e, untraceable):
             hint = (f" (`{name}` is traced by JAX: it must use jax.numpy on its inputs, not "
-                    "NumPy or Python control flow on their values)")
+                    "NumPy or Python control flow on their values: `jnp.where(y[0] > 0, a, b)` "
+                    "for an `if`, `jnp.interp` for `np.interp`)")
+        elif isinstance(e, TypeError) and isinstance(args, tuple) and (
+                "positional argument" in str(e)):
+            # solve_ivp unpacks `args=(a, b)` into `fun(t, y, a, b)`; here it arrives whole.
+            hint = (f" (`{name}` is called as {name}(t, y, args) with `args` whole: write "
+                    f"`def {name}(t, y, args): a, b = args`, not solve_ivp's unpacked "
+                    "`fun(t, y, a, b)`)")
         message = f"calling `{name}(t0, y0, args)` failed{hint}: {e}"
         try:
             error = type(e)(message)
@@ -415,6 +422,10 @@ def check_rhs_output(rhs: Any, t0: Array, y0: Any, args: Any, name: str = "rhs")
             # SciPy's habit: y0 = [1.0, 0.0, 0.0], rhs returning one array.
             hint = (f". A {type(y0).__name__} `y0` is a pytree of {len(y0)} entries, not one "
                     "vector: pass `jnp.asarray(y0)` for an array state")
+        elif isinstance(out, (list, tuple)) and jax.tree_util.treedef_is_leaf(expected):
+            # SciPy's habit the other way: `return [dS, dI, dR]` for an array state.
+            hint = (f". `y0` is one array and `{name}` returned a {type(out).__name__} of "
+                    f"{len(out)} entries: return one array, `jnp.stack([...])`")
         raise ValueError(
             f"`{name}` must return a pytree with the structure of `y0`; expected {expected}, "
             f"got {got}{hint}"

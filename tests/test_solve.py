@@ -96,18 +96,17 @@ def test_new_python_numbers_do_not_compile_again():
     reuses the compiled solve (they are passed as arrays: `_integrate._numbers_as_arrays`;
     it compiled again, ~1 s, for each new value), with the results of array inputs, and
     the checks of those numbers still raise before the solve."""
-    traces = []
+    from jaxadjoint._integrate import _jaxadjoint_solve
 
     def decay(t, y, k):
-        traces.append(None)  # once per trace of the solve (and its checks)
         return -k * y
 
     y0 = jnp.array([1.0, 2.0])
     ja.solve(decay, y0, 0.0, 1.0, 0.5, rtol=1e-7, atol=1e-9, dt0=0.01)
-    traced = len(traces)
+    compiled = _jaxadjoint_solve._cached._cache_size()
     for t0, t1, rtol, atol, dt0 in [(0, 2.0, 1e-7, 1e-9, 0.01), (0.25, 1.5, 1e-6, 1e-8, 0.02)]:
         sol = ja.solve(decay, y0, t0, t1, 0.5, rtol=rtol, atol=atol, dt0=dt0)
-    assert len(traces) == traced
+    assert _jaxadjoint_solve._cached._cache_size() == compiled
     arrays = ja.solve(decay, y0, *(jnp.asarray(x) for x in (0.25, 1.5)), 0.5,
                       rtol=jnp.asarray(1e-6), atol=jnp.asarray(1e-8), dt0=jnp.asarray(0.02))
     np.testing.assert_array_equal(sol.ys, arrays.ys)
@@ -206,3 +205,45 @@ def test_args_may_be_a_module_with_non_array_fields():
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-16)
     leaves = jax.tree.leaves(eqx.filter(g1, eqx.is_array))
     assert any(float(jnp.max(jnp.abs(a))) > 0 for a in leaves)
+
+
+_RATE = 0.4
+_RATES = jnp.array([0.4, 1.0])
+
+
+def _decay_by_globals(t, y, args):
+    return -_RATE * _RATES * y
+
+
+def test_a_direct_call_sees_changed_globals():
+    """A newcomer from solve_ivp ran scenarios by changing a module-level rate: the second
+    direct call returned the first one's solution (the compiled solve had baked it in),
+    without a word (2026-11-29).  Called directly, a solve now keys its compiled program on
+    what ``rhs`` reads besides its inputs (`_fingerprint`): a changed Python number or array
+    global gives the new solution, an unchanged one reuses the program."""
+    global _RATE, _RATES
+    from jaxadjoint._integrate import _jaxadjoint_solve
+
+    y0 = jnp.array([1.0, 2.0])
+
+    def end():
+        return np.asarray(ja.solve(_decay_by_globals, y0, 0.0, 1.0, None, rtol=1e-10,
+                                   atol=1e-10).ys[-1])
+
+    try:
+        first = end()
+        compiled = _jaxadjoint_solve._cached._cache_size()
+        np.testing.assert_array_equal(end(), first)
+        assert _jaxadjoint_solve._cached._cache_size() == compiled  # nothing compiled again
+        np.testing.assert_allclose(first, y0 * np.exp(-0.4 * np.array([0.4, 1.0])), rtol=1e-8)
+        _RATE = 0.2
+        np.testing.assert_allclose(end(), y0 * np.exp(-0.2 * np.array([0.4, 1.0])), rtol=1e-8)
+        _RATES = jnp.array([0.4, 3.0])
+        np.testing.assert_allclose(end(), y0 * np.exp(-0.2 * np.array([0.4, 3.0])), rtol=1e-8)
+        # Under the user's own jit it is JAX's rule: the value at tracing time.
+        jitted = jax.jit(lambda y0: ja.solve(_decay_by_globals, y0, 0.0, 1.0, None).ys[-1])
+        before = jitted(y0)
+        _RATE = 0.4
+        np.testing.assert_array_equal(jitted(y0), before)
+    finally:
+        _RATE, _RATES = 0.4, jnp.array([0.4, 1.0])

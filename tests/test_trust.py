@@ -395,3 +395,27 @@ def test_check_gradient_takes_a_module_and_explains_failed_differences():
 
     with pytest.raises(RuntimeError, match="moved for the central differences .* failed"):
         ja.check_gradient(blows_up, jnp.asarray(0.999), rtol=1e-6)
+
+
+def test_check_gradient_refuses_a_loss_that_drops_its_options():
+    """A newcomer's ``def loss(theta)``: Python's bare TypeError before; and a loss that
+    takes ``**options`` but never hands them to `solve` compared every solve with itself,
+    and the check said OK with differences of exactly 0.  Both are refused, saying how to
+    write the loss; so is an rtol at the dtype's resolution (float32 at 1e-6 compared a
+    "tighter" solve at the same rtol)."""
+
+    def rhs(t, y, k):
+        return -k * y
+
+    def no_options(k):
+        return ja.solve(rhs, jnp.ones(2), 0.0, 1.0, k).ys[-1].sum()
+
+    def dropped(k, **options):
+        return no_options(k)
+
+    with pytest.raises(TypeError, match=r"must pass them on to every ja.solve.*\*\*options"):
+        ja.check_gradient(no_options, jnp.asarray(0.5))
+    with pytest.raises(ValueError, match=r"must pass them on to every ja.solve.*rtol=-1"):
+        ja.check_gradient(dropped, jnp.asarray(0.5))
+    with pytest.raises(ValueError, match=r"rtol=1e-06 is at the resolution of float32"):
+        ja.check_gradient(dropped, jnp.asarray(0.5, jnp.float32), rtol=1e-6)

@@ -71,6 +71,23 @@ def test_rhs_output_mismatch_in_pytree_state():
         solve(rhs=lambda t, y, args: -jnp.stack(y), y0=[1.0, 2.0])
 
 
+def test_solve_ivp_habits_get_the_fix_named():
+    """A newcomer from solve_ivp (2026-11-29): ``return [dx, dy]`` for an array state, ``fun(t,
+    y, a, b)`` with ``args=(a, b)``, and an ``if`` on the state got JAX's or Python's bare
+    messages; each now says what to write instead."""
+    with pytest.raises(ValueError, match=r"returned a list of 2 entries.*jnp.stack"):
+        solve(rhs=lambda t, y, args: [-y[0], y[0]])
+    with pytest.raises(TypeError, match=r"`args` whole: write `def rhs\(t, y, args\): a, b = "
+                       r"args`.*missing 1 required positional argument"):
+        solve(rhs=lambda t, y, a, b: -a * y, args=(1.0, 2.0))
+
+    def branching(t, y, args):
+        return -y if y[0] > 0 else y
+
+    with pytest.raises(TypeError, match=r"jnp.where\(y\[0\] > 0, a, b\)` for an `if`"):
+        solve(rhs=branching)
+
+
 def test_rhs_may_return_python_numbers():
     """A leaf of ``rhs``'s or ``integrand``'s output may be a Python number (a clock's rate,
     a constant cost): it takes the state's dtype, as in arithmetic, with no precision
