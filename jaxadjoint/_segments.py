@@ -77,6 +77,27 @@ def single_segment(sensitivity: AbstractSensitivity, system: System,
     )
 
 
+def _fire_pending_at_t1(e: EventOutput, empty: Array, pending: Array, t_start: Array,
+                        y_start: Array, conditions: Callable) -> EventOutput:
+    """``e``, or where the segment is empty (it starts at ``t1``) and conditions are pending,
+    the first of them fired at its start.
+
+    A pending condition fires at ``theta = 0`` of the next segment's first step; from ``t1``
+    to ``t1`` there is none, so of several events at one instant exactly at ``t1`` only the
+    first fired (two synchronous PWM phases: one stayed on; a power-electronics test,
+    2026-11-29).  Its time and state are the segment's start, differentiated as they are (the
+    instant of the event before it); the others stay pending for the segments after it."""
+    fire = empty & jnp.any(pending)
+    first = jnp.argmax(pending).astype(jnp.int32)
+    others = pending & (jnp.arange(pending.shape[0], dtype=jnp.int32) != first)
+    g = jax.lax.stop_gradient(conditions(t_start, y_start))
+    scale = jnp.maximum(jnp.abs(g), jnp.finfo(g.dtype).tiny)
+    return e._replace(
+        t=jnp.where(fire, t_start, e.t), y=jnp.where(fire, y_start, e.y),
+        fired=e.fired | fire, which=jnp.where(fire, first, e.which),
+        pending=jnp.where(fire, jnp.where(others, scale, 0), e.pending))
+
+
 def jump_segments(
     sensitivity: AbstractSensitivity,
     system: System,
@@ -126,7 +147,8 @@ def jump_segments(
             system, (zero_start, pending, watch, k > 0), is_leaf=lambda x: x is None)
         out: SolveOutput = sensitivity(seg_system, Problem(
             y0=y_start, params=problem.params, t0=t0, t1=problem.t1, ts=ts))
-        e: EventOutput = out.event
+        e: EventOutput = _fire_pending_at_t1(out.event, active & (t0 == problem.t1), pending,
+                                             t_start, y_start, conditions)
         fired = active & e.fired
         jumped = fired & is_jump[jnp.maximum(e.which, 0)]
         tau_end = direction * e.t

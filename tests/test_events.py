@@ -939,3 +939,36 @@ def test_an_input_switched_off_by_an_event_converges_and_differentiates_in_its_t
     slope = jax.grad(lambda T: amounts(T, 1e-9)[-1])(1.0)
     np.testing.assert_allclose(slope, np.exp(-3.0) + (1 - np.exp(-1.0)) * np.exp(-2.0),
                                rtol=1e-8)
+
+
+@pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.DiscreteForward()],
+                         ids=["discrete-adjoint", "discrete-forward"])
+def test_simultaneous_events_exactly_at_t1_all_fire(sensitivity):
+    """Two jumps at one instant that is ``t1``: only the first fired (the second was
+    pending, and a pending event fires in the next segment's first step, which a segment
+    from ``t1`` to ``t1`` does not take: two synchronous PWM phases, one stayed on; a
+    power-electronics engineer's test, 2026-11-29).  Both fire now, in the order of
+    ``events``, with the derivatives of ``y0 e^(-k/2) + (a, b)``."""
+
+    def rhs(t, s, p):
+        return -p["k"] * s
+
+    events = [ja.Event(lambda t, s, p: t - 0.5, direction="rising",
+                       jump=lambda t, s, p, i=i, key=key: s.at[i].add(p[key]))
+              for i, key in enumerate("ab")]
+    p = {"k": jnp.asarray(1.0), "a": jnp.asarray(2.0), "b": jnp.asarray(3.0)}
+    y0 = jnp.array([1.0, 1.0])
+
+    def end(p, t1=0.5):
+        sol = ja.solve(rhs, y0, 0.0, t1, p, events=events, sensitivity=sensitivity,
+                       rtol=1e-10, atol=1e-10)
+        return sol.ys[-1], sol.events.count, sol.events.which
+
+    value, count, which = end(p)
+    assert int(count) == 2 and list(np.asarray(which[:2])) == [0, 1]
+    np.testing.assert_allclose(value, y0 * np.exp(-0.5) + np.array([2.0, 3.0]), rtol=1e-9)
+    derivative = jax.jacrev if isinstance(sensitivity, ja.DiscreteAdjoint) else jax.jacfwd
+    jac = derivative(lambda p: end(p)[0])(p)
+    np.testing.assert_allclose(jac["k"], -0.5 * np.exp(-0.5) * np.ones(2), rtol=1e-9)
+    np.testing.assert_array_equal(jac["a"], [1.0, 0.0])
+    np.testing.assert_array_equal(jac["b"], [0.0, 1.0])
