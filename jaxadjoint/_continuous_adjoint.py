@@ -516,6 +516,9 @@ class ContinuousAdjoint(AbstractSensitivity):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 raise ValueError(f"`{name}` must be a positive number or None, got {value!r}")
+        if self.state != "backsolve" and self.max_drift != BACKSOLVE_DRIFT:
+            raise ValueError("`max_drift` applies to `state='backsolve'` only (the default "
+                             "'checkpointed' state reads y(t) from the forward steps)")
         if not (isinstance(self.max_drift, int | float) and not isinstance(self.max_drift, bool)
                 and self.max_drift > 0):
             raise ValueError(

@@ -154,6 +154,11 @@ def _stacked_parameters(dargs: Any, ys: Any, params: Any, names: Any
             "is not supported; pass `S` as an array (K, N, P) and `ys` as (K, N).")
     state_dims = np.ndim(ys)
     if params is not None:
+        try:  # the args themselves, Python numbers among them (None in ``dargs``) left out
+            params = jax.tree.map(lambda d, p: None if d is None else p, dargs, params,
+                                  is_leaf=lambda x: x is None)
+        except ValueError:
+            pass  # another structure: refused below
         if jax.tree.structure(params) != jax.tree.structure(dargs):
             raise ValueError(
                 "identifiability: `params` must have the structure of the trajectory's "

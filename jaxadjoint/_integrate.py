@@ -37,8 +37,9 @@ def _split_params(tree: Any) -> tuple[Any, Any, Any]:
 
 
 def _closure_convert(fn: Callable, t0: Any, y0: Any, args: Any) -> Callable:
-    """``fn`` with every array it closes over made an input (`equinox.filter_closure_convert`),
-    also the arrays that a function inside ``args`` closes over.
+    """``fn`` (``rhs``, ``integrand``, an event's condition) with every array it closes over
+    made an input (`equinox.filter_closure_convert`), also the arrays that a function inside
+    ``args`` closes over.
 
     Equinox skips tracing a plain function that closes over nothing, which is right for
     the function itself but misses a traced array held by a callable in ``args``
@@ -537,7 +538,7 @@ def _jaxadjoint_solve(  # its name marks a nested solve in a jaxpr (`_time_switc
     if events:
         check_events(events, saveat, sensitivity, integrand, controller, max_events)
         conditions_cc = tuple(
-            eqx.filter_closure_convert(checked_condition(i, e.cond, t0, y0, args), t0, y0, args)
+            _closure_convert(checked_condition(i, e.cond, t0, y0, args), t0, y0, args)
             for i, e in enumerate(events))
     params, aux, static = _split_params((args, rhs_cc, integrand_cc, conditions_cc))
 

@@ -28,6 +28,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.extend.core as jex
+import numpy as np
 
 from ._user_warning import warn
 
@@ -56,9 +57,22 @@ _JUMPS = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "floor", "ceil", "round"
 
 def _jumps(eqn: Any) -> bool:
     """Whether ``eqn`` jumps in its operands (`_JUMPS`, or a conversion to an integer or a
-    boolean)."""
+    boolean), not counting the tests for NaN and infinity that numerical code makes
+    (``x != x``, a comparison with an infinite literal: `jnp.logaddexp` in `softplus`)."""
+    if eqn.primitive.name in ("ne", "eq") and eqn.invars[0] is eqn.invars[1]:
+        return False
+    if any(isinstance(x, jex.Literal) and not np.all(np.isfinite(np.asarray(x.val)))
+           for x in eqn.invars):
+        return False
     return eqn.primitive.name in _JUMPS or (
         eqn.primitive.name == "convert_element_type" and _switches(eqn))
+
+
+def _is_a_solve_or_has_its_own_derivative(eqn: Any) -> bool:
+    """A nested solve (`_is_a_solve`), or a function with its own JVP rule (`softplus`,
+    `relu`, a user's `jax.custom_jvp`): whoever wrote that rule decided its derivative, and
+    the switches inside are guards of numerical code, not of the model."""
+    return _is_a_solve(eqn) or eqn.primitive.name == "custom_jvp_call"
 
 
 class TimeSwitchWarning(UserWarning):
@@ -92,7 +106,8 @@ def _nested_inputs(inner: jex.Jaxpr, inputs: list[Any], unknown: Any) -> list[An
     return [unknown] * len(inner.invars)
 
 
-def _finds(jaxpr: jex.Jaxpr, marks: list[int], hit: Callable[[Any, int], bool]) -> bool:
+def _finds(jaxpr: jex.Jaxpr, marks: list[int], hit: Callable[[Any, int], bool],
+           skip: Callable[[Any], bool] = lambda eqn: _is_a_solve(eqn)) -> bool:
     """Whether an equation of ``jaxpr`` (or of a jaxpr nested in one) is a ``hit``, given
     the union of the marks its operands depend on.
 
@@ -111,12 +126,12 @@ def _finds(jaxpr: jex.Jaxpr, marks: list[int], hit: Callable[[Any, int], bool]) 
         union = 0
         for m in inputs:
             union |= m
-        if not union or _is_a_solve(eqn):
+        if not union or skip(eqn):
             continue
         if hit(eqn, union):
             return True
         for inner in _nested(eqn):
-            if _finds(inner, _nested_inputs(inner, inputs, union), hit):
+            if _finds(inner, _nested_inputs(inner, inputs, union), hit, skip):
                 return True
         for out in eqn.outvars:
             mark[out] = union
@@ -199,7 +214,8 @@ def jumps_in_state(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
     closed = jax.make_jaxpr(field)(t0, y0, dynamic)
     n_y = len(jax.tree.leaves(y0))
     marks = [0] + [1] * n_y + [0] * (len(closed.jaxpr.invars) - 1 - n_y)
-    return _finds(closed.jaxpr, marks, lambda eqn, union: _jumps(eqn))
+    return _finds(closed.jaxpr, marks, lambda eqn, union: _jumps(eqn),
+                  _is_a_solve_or_has_its_own_derivative)
 
 
 STATE_SWITCH_DERIVATIVE = (

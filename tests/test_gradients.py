@@ -152,6 +152,20 @@ def test_function_in_args_closing_over_traced_arrays():
         jax.vmap(jax.grad(lambda k: with_function(k).sum()))(jnp.stack([k, 2 * k])),
         jax.vmap(jax.grad(lambda k: with_array(k).sum()))(jnp.stack([k, 2 * k]))) < 1e-14
 
+    # An event's condition reading it: DiscreteForward's jit(grad) gave 0.0 for -0.59, the
+    # other transforms crashed (an adversarial acceptance test, 2026-11-29).
+    def stop_time(k, sensitivity):
+        event = ja.Event(lambda t, y, args: y[0] - args["u"](t))  # e^-t = k t
+        return ja.solve(lambda t, y, args: -y, jnp.ones(1), 0.0, 5.0, {"u": lambda t: k * t},
+                        sensitivity=sensitivity, events=event, rtol=1e-10, atol=1e-10).ts[-1]
+
+    # t* solves e^-t = k t: dt*/dk = -t* / (k + e^-t*).
+    t_star = stop_time(0.7, ja.DiscreteAdjoint())
+    exact = -t_star / (0.7 + jnp.exp(-t_star))
+    for sensitivity in (ja.DiscreteAdjoint(), ja.DiscreteForward()):
+        got = jax.jit(jax.grad(stop_time), static_argnums=1)(0.7, sensitivity)
+        np.testing.assert_allclose(got, exact, rtol=1e-8)
+
 
 class NeuralField(eqx.Module):
     """A neural ODE right-hand side: ``y' = mlp(y) * (1 + 0.1 t)``."""

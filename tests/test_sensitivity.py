@@ -468,6 +468,8 @@ def test_backsolve_that_loses_the_state_is_refused():
     for bad in (0.0, -1.0, "100", True):
         with pytest.raises(ValueError, match="`max_drift` must be a positive number"):
             ja.ContinuousAdjoint(state="backsolve", max_drift=bad)
+    with pytest.raises(ValueError, match="applies to `state='backsolve'` only"):
+        ja.ContinuousAdjoint(max_drift=10.0)
     for sensitivity, t1 in [(ja.ContinuousAdjoint(), 2.0),
                             (ja.ContinuousAdjoint(state="backsolve"), 0.1)]:
         got = grad(y0, k, sensitivity, t1)

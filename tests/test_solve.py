@@ -247,3 +247,26 @@ def test_a_direct_call_sees_changed_globals():
         np.testing.assert_array_equal(jitted(y0), before)
     finally:
         _RATE, _RATES = 0.4, jnp.array([0.4, 1.0])
+
+
+def test_a_stiff_solve_with_an_integrand_compiles_once():
+    """Rodas5 with ``integrand=`` integrates it as extra state through a wrapper that was
+    a fresh closure on every call: each direct call compiled again (2.2 s; an adversarial
+    acceptance test, 2026-11-29).  The wrapper is a Module now, equal for equal functions."""
+    from jaxadjoint._integrate import _jaxadjoint_solve
+
+    def rhs(t, y, k):
+        return -k * y
+
+    def integrand(t, y, k):
+        return jnp.sum(y**2)
+
+    def run():
+        return ja.solve(rhs, jnp.ones(2), 0.0, 1.0, 0.5, solver=ja.Rodas5(),
+                        integrand=integrand).integral
+
+    first = run()
+    compiled = _jaxadjoint_solve._cached._cache_size()
+    np.testing.assert_array_equal(run(), first)
+    assert _jaxadjoint_solve._cached._cache_size() == compiled
+    np.testing.assert_allclose(first, 2 * (1 - np.exp(-1.0)), rtol=1e-5)  # 2 int_0^1 e^-t

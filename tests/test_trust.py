@@ -209,6 +209,12 @@ def test_identifiability_of_a_pytree_of_args():
     assert report.subsets[0] == (1, 2) and report.rank == 4
     with pytest.raises(ValueError, match=r"structure of the trajectory's args.*dargs"):
         ja.identifiability(traj, params=p)
+    # A Python number among the args is a constant (None in `dargs`): the same args are
+    # accepted as `params`, and it is left out (it was refused: "must have the structure").
+    mixed = {"alpha": p[0], "betas": p[1:3], "rest": p[3:], "scale": 1.0}
+    traj = ja.sensitivity_trajectory(lambda t, y, d: rhs(t, y, d) * d["scale"], y0, 0.0, 3.0,
+                                     mixed, **options)
+    assert ja.identifiability(traj, params=mixed).names == report.names
 
 def test_identifiability_robertson_matches_reference():
     pr = robertson_problem(40.0)
