@@ -370,7 +370,7 @@ def _refuse_lost_state(lam: Array, system: System, problem: Problem, y_back: Arr
     a component that starts at zero and grows (a CNF's log-density, an accumulated dose) is
     measured on the scale it reaches, not on ``atol`` alone (an FFJORD flow's log-density
     was refused at 223 units of ``atol`` where diffrax's backsolve gradient was 1e-3 off; an
-    ML researcher's test, 2026-11-29)."
+    ML researcher's test, 2026-11-29).
 
     The backward solve evaluates the adjoint's Jacobians on that state: on a dissipative
     problem it grows away from the forward trajectory (the backward flow amplifies the

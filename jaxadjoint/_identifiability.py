@@ -40,6 +40,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from ._check_gradient import _component_names
 from ._forward_sensitivity import SensitivityTrajectory
 
 # Above this collinearity index a subset is reported as poorly identifiable (Brun et al.).
@@ -167,17 +168,13 @@ def _stacked_parameters(dargs: Any, ys: Any, params: Any, names: Any
                 "pass `S=traj.dargs['theta']`, `ys=traj.ys` and `params=theta`).")
         params = np.concatenate([np.ravel(np.asarray(p, dtype=float))
                                  for p in jax.tree.leaves(params)])
-    default_names = []
-    for path, leaf in leaves:
-        base = jax.tree_util.keystr(path)
-        leaf_shape = np.shape(leaf)[state_dims:]
-        default_names.extend(
-            [f"{base}[{', '.join(map(str, index))}]" for index in np.ndindex(*leaf_shape)]
-            if leaf_shape else [base])
+    if names is None:  # each leaf's own shape, behind the state's axes
+        names = _component_names(
+            jax.tree.map(lambda leaf: np.empty(np.shape(leaf)[state_dims:]), dargs))
     stacked = np.concatenate(
         [np.reshape(np.asarray(leaf, dtype=float), (*np.shape(ys), -1)) for _, leaf in leaves],
         axis=-1)
-    return stacked, params, default_names if names is None else names
+    return stacked, params, names
 
 
 def identifiability(

@@ -107,7 +107,7 @@ def _nested_inputs(inner: jex.Jaxpr, inputs: list[Any], unknown: Any) -> list[An
 
 
 def _finds(jaxpr: jex.Jaxpr, marks: list[int], hit: Callable[[Any, int], bool],
-           skip: Callable[[Any], bool] = lambda eqn: _is_a_solve(eqn)) -> bool:
+           skip: Callable[[Any], bool] = _is_a_solve) -> bool:
     """Whether an equation of ``jaxpr`` (or of a jaxpr nested in one) is a ``hit``, given
     the union of the marks its operands depend on.
 
@@ -159,24 +159,24 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
                                           perturbed: Any) -> None:
     """Warn when ``rhs(t, y, params)`` compares ``t`` with a value computed from a
     differentiated leaf of ``params`` (``perturbed``: a tree like it, a leaf ``None`` or
-    ``False`` where it is not differentiated).  Called by the derivative rules when they are
-    traced."""
-    if jumps_in_state(rhs, t, y, params):
-        warn(STATE_SWITCH_DERIVATIVE, TimeSwitchWarning)
+    ``False`` where it is not differentiated), or jumps on the state (`_jumps_in_state`).
+    Called by the derivative rules when they are traced."""
     leaves, treedef = jax.tree.flatten(params)
+
+    def field(t, y, leaves):
+        return rhs(t, y, jax.tree.unflatten(treedef, leaves))
+
+    closed = jax.make_jaxpr(field)(t, y, leaves)
+    num_y = len(jax.tree.leaves(y))
+    if _jumps_in_state(closed.jaxpr, num_y):
+        warn(STATE_SWITCH_DERIVATIVE, TimeSwitchWarning)
     # One flag per leaf of ``params`` (``perturbed`` has leaves where ``params`` has None).
     flags = jax.tree.leaves(jax.tree.map(
         lambda p, f: None if p is None else (f is not None and f is not False),
         params, perturbed, is_leaf=lambda x: x is None))
     if len(flags) != len(leaves) or not any(flags):
         return
-
-    def field(t, y, leaves):
-        return rhs(t, y, jax.tree.unflatten(treedef, leaves))
-
-    closed = jax.make_jaxpr(field)(t, y, leaves)
-    marks = [_TIME] + [0] * len(jax.tree.leaves(y)) + [
-        _DIFFERENTIATED if flag else 0 for flag in flags]
+    marks = [_TIME] + [0] * num_y + [_DIFFERENTIATED if flag else 0 for flag in flags]
     if len(marks) != len(closed.jaxpr.invars) or not _compares_both(closed.jaxpr, marks):
         return
     warn(
@@ -191,30 +191,32 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
         TimeSwitchWarning)
 
 
+def _field_jaxpr(rhs: Callable, t0: Any, y0: Any, args: Any) -> jex.Jaxpr:
+    """The jaxpr of ``rhs(t, y, args)``, its inputs ``t``, the leaves of ``y`` and the array
+    leaves of ``args`` (one trace)."""
+    dynamic, static = eqx.partition(args, eqx.is_array)
+
+    def field(t, y, dynamic):
+        return rhs(t, y, eqx.combine(dynamic, static))
+
+    return jax.make_jaxpr(field)(t0, y0, dynamic).jaxpr
+
+
+def _switches_in_time(jaxpr: jex.Jaxpr) -> bool:
+    """Whether ``jaxpr`` (`_field_jaxpr`) switches on a value computed from ``t``."""
+    return _reads_a_switch(jaxpr, [True] + [False] * (len(jaxpr.invars) - 1))
+
+
 def switches_in_time(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
     """Whether ``rhs(t, y, args)`` switches on a value computed from ``t`` (one trace)."""
-    dynamic, static = eqx.partition(args, eqx.is_array)
-
-    def field(t, y, dynamic):
-        return rhs(t, y, eqx.combine(dynamic, static))
-
-    closed = jax.make_jaxpr(field)(t0, y0, dynamic)
-    inputs = closed.jaxpr.invars
-    return _reads_a_switch(closed.jaxpr, [True] + [False] * (len(inputs) - 1))
+    return _switches_in_time(_field_jaxpr(rhs, t0, y0, args))
 
 
-def jumps_in_state(rhs: Callable, t0: Any, y0: Any, args: Any) -> bool:
-    """Whether ``rhs(t, y, args)`` jumps (`_jumps`) on a value computed from ``y`` (one
-    trace)."""
-    dynamic, static = eqx.partition(args, eqx.is_array)
-
-    def field(t, y, dynamic):
-        return rhs(t, y, eqx.combine(dynamic, static))
-
-    closed = jax.make_jaxpr(field)(t0, y0, dynamic)
-    n_y = len(jax.tree.leaves(y0))
-    marks = [0] + [1] * n_y + [0] * (len(closed.jaxpr.invars) - 1 - n_y)
-    return _finds(closed.jaxpr, marks, lambda eqn, union: _jumps(eqn),
+def _jumps_in_state(jaxpr: jex.Jaxpr, num_y: int) -> bool:
+    """Whether ``jaxpr`` (inputs ``t``, the ``num_y`` leaves of ``y``, then the rest) jumps
+    (`_jumps`) on a value computed from ``y``."""
+    marks = [0] + [1] * num_y + [0] * (len(jaxpr.invars) - 1 - num_y)
+    return _finds(jaxpr, marks, lambda eqn, union: _jumps(eqn),
                   _is_a_solve_or_has_its_own_derivative)
 
 
@@ -236,7 +238,8 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
     estimate cannot see it."""
     if solver.estimate_sees_time_changes:
         return
-    if jumps_in_state(rhs, t0, y0, args):
+    jaxpr = _field_jaxpr(rhs, t0, y0, args)
+    if _jumps_in_state(jaxpr, len(jax.tree.leaves(y0))):
         warn(
             "`rhs` jumps on the state `y` (a comparison, `jnp.where` or `lax.cond` on `y`, "
             "sign, floor: an ideal diode, a clamp): where the solution crosses it, "
@@ -248,7 +251,7 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
             "(README, 'Inputs that switch in time'), or use Rodas4. (Silence with "
             "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
             TimeSwitchWarning)
-    if not switches_in_time(rhs, t0, y0, args):
+    if not _switches_in_time(jaxpr):
         return
     warn(
         "`rhs` switches on the time `t` (a `jnp.where`, `lax.cond`, table lookup, floor, "
