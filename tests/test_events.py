@@ -972,3 +972,12 @@ def test_simultaneous_events_exactly_at_t1_all_fire(sensitivity):
     np.testing.assert_allclose(jac["k"], -0.5 * np.exp(-0.5) * np.ones(2), rtol=1e-9)
     np.testing.assert_array_equal(jac["a"], [1.0, 0.0])
     np.testing.assert_array_equal(jac["b"], [0.0, 1.0])
+    # The same on the recorded grid: a plain replay to t1, then both jumps, by JAX's AD.
+    grid = helpers.accepted_grid(ja.solve(rhs, y0, 0.0, 0.5, p, rtol=1e-10, atol=1e-10))
+
+    def replayed(p):
+        y, _ = helpers.replay(rhs, ja.Dopri5().tableau, y0, p, grid, jnp.array([0.5]))
+        return y[-1] + jnp.stack([p["a"], p["b"]])
+
+    want = jax.jacrev(replayed)(p)
+    assert helpers.max_rel_diff(jac, want) < 1e-12
