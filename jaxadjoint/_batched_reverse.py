@@ -79,6 +79,7 @@ from ._reverse import (
     add_save_state,
     last_row,
     save_slopes_cotangent,
+    tracing_lanes,
 )
 from ._save_cotangents import materialise
 from ._system import System
@@ -270,5 +271,6 @@ def lanes_sweep(
 
     carry = each(start)(dyn, dict(n_hi=n_hi, n_lo=n_lo, lam=lam, pbar=pbar, j=j,
                                   health=health))
-    final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
+    with tracing_lanes():  # small states' joint VJPs inline (`_reverse.tracing_lanes`)
+        final = jax.lax.while_loop(lambda c: jnp.any(running(c)), body, carry)
     return final["lam"], final["pbar"], final["j"], final["health"]

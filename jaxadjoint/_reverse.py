@@ -40,7 +40,9 @@ checks agreement to round-off on random ones).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -97,6 +99,28 @@ def _quadrature_stages(system: System) -> list[int]:
 # Below this many state components a stage's cotangent is cheaper to recompute than a
 # branch (~0.2 us on CPU) is to take (figures: benchmarks/README.md, "Design measurements").
 ISOLATED_VJP_MIN_SIZE = 32
+# Smaller states take joint stage VJPs (in branches) when they have fewer than this many
+# parameters per state component (`joint_stage_vjps`).
+JOINT_PARAMS_PER_STATE = 4
+# Set while `_batched_reverse` traces its lanes' reverse steps (`tracing_lanes`).
+_TRACING_LANES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxadjoint_tracing_lanes", default=False)
+
+
+@contextlib.contextmanager
+def tracing_lanes() -> Iterator[None]:
+    """Trace reverse steps for the lanes of a batch of solves (`_batched_reverse`).
+
+    There small states keep their joint stage VJPs inline (`isolated_vjps`): the branches
+    that keep one solve's checkpoint strategies bitwise alike made the batched gradient of
+    an 8-state spring chain (20 parameters) 2-10 % slower, and lanes of a batch round like
+    a batched program anyway.
+    """
+    token = _TRACING_LANES.set(True)
+    try:
+        yield
+    finally:
+        _TRACING_LANES.reset(token)
 
 
 def _apply_vjp(vjp: Callable[[Array], tuple], cotangent: Array, h: Array, isolate: bool) -> tuple:
@@ -129,7 +153,11 @@ def isolated_vjps(params: Any, state_size: int, with_params: bool) -> bool:
     """Whether each stage's VJP runs in its own branch (`_apply_vjp`).
 
     From `ISOLATED_VJP_MIN_SIZE` state components on; smaller states skip the branch (it
-    costs more than a small stage's recomputation).  Not for VJPs that also give the
+    costs more than a small stage's recomputation), except for their joint VJPs in one
+    solve's sweep (`joint_stage_vjps`): there the branch materialises ``kbar`` once, so
+    that `StoreStates`, `StoreStages` and `Recursive` stay bitwise alike (inline, XLA
+    recomputed it inside the parameter part's products and rounded it differently where a
+    stage was loaded; `tests/test_bitwise.py`).  Not for VJPs that also give the
     parameter part when the parameters are many (`block_size` above one): that happens
     only in the batched reverse pass (`_batched_reverse`), where the part is a
     lanes x parameters array.  Out of a branch, each stage's rank-one updates fuse into one
@@ -138,6 +166,8 @@ def isolated_vjps(params: Any, state_size: int, with_params: bool) -> bool:
     gradient took 3.4x (2.9x) the time with the branches (benchmarks/README.md, "Time
     series").  Dense fields (products with weight matrices) leave nothing to re-sum.
     """
+    if with_params and not _TRACING_LANES.get() and joint_stage_vjps(params, state_size):
+        return True
     if state_size < ISOLATED_VJP_MIN_SIZE:
         return False
     return not (with_params and block_size(params, state_size) > 1)
@@ -361,23 +391,37 @@ def block_size(params: Any, state_size: int) -> int:
     and small problems compile faster.  The threshold is a measured trade-off
     (benchmarks/README.md, "Design measurements").
     """
-    num_params = sum(x.size for x in jax.tree.leaves(params))
-    return 4 if num_params >= max(4 * state_size, 1024) else 1
+    return 4 if _num_params(params) >= max(4 * state_size, 1024) else 1
+
+
+def _num_params(params: Any) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))
 
 
 def joint_stage_vjps(params: Any, state_size: int) -> bool:
     """Whether each stage's VJP also gives its parameter part (no block of stage rows).
 
-    True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters:
-    each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees
-    the same materialised ``kbar``, and the right-hand side is linearised once per stage
-    (a separate parameter VJP would linearise it again).  Smaller states skip those
-    branches (they cost more than a small stage); XLA may then recompute ``kbar`` inside
-    the parameter VJP's reduction, rounded differently depending on whether the stage was
-    loaded (`StoreStages`) or recomputed.  So small states take the parameter adjoint per
-    step, as a block of one step: one cheap branch a step keeps the strategies alike.
+    True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters,
+    and for smaller states with fewer than `JOINT_PARAMS_PER_STATE` parameters per component.
+    Each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees the
+    same materialised ``kbar``, and the right-hand side is linearised once per stage (a
+    separate parameter VJP would linearise it again).  The other small states (a
+    10-species GLV: 110 parameters) take the parameter adjoint per step, as a block of
+    one step: one VJP over the step's stage rows, in one branch a step.
+
+    Why few parameters go joint: the block VJP sums the stages' parts by a reduction over
+    the stage axis wherever a parameter enters elementwise (a rate times a state), and
+    under `jax.jacrev` that is a reduction of (seeds, stages, parameters); XLA on CPU
+    hands such small reductions to YNNPACK, which took 20-40 us for each of them (jaxlib
+    0.10).  An 8-state spring chain with 20 parameters, `jax.jacrev` of 50 saves: 13.0 ms
+    against diffrax's 8.0 ms before, 4.4 ms with joint VJPs (float32; float64 12.0 and 6.0
+    against 11.0).  Where parameters enter through matrix products (GLV's interaction
+    matrix) the block VJP is one matrix product and stays.
     """
-    return block_size(params, state_size) == 1 and state_size >= ISOLATED_VJP_MIN_SIZE
+    if block_size(params, state_size) > 1:
+        return False
+    return (state_size >= ISOLATED_VJP_MIN_SIZE
+            or _num_params(params) < JOINT_PARAMS_PER_STATE * state_size)
 
 
 def initial_block(system: System, params: Any, lam: Array, y: Array) -> StageCotangents | None:

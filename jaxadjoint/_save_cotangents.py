@@ -141,8 +141,7 @@ def _scatter_then_read(values: Array, weights: Array, index: Array, row: Array,
 def _masked_sum(values: Array, weights: Array, index: Array, row: Array) -> Array:
     """`_sum_one_row` as one masked reduction over all saves."""
     mine = (index == row)[:, None]
-    return jnp.sum(jnp.where(mine, weights, 0)[:, :, None] * values[..., :, None, :],
-                   axis=-3)
+    return jnp.einsum("jk,...jn->...kn", jnp.where(mine, weights, 0), values)
 
 
 def _sum_one_row(values: Array, weights: Array | None, index: Array, row: Array,

@@ -41,8 +41,8 @@ def elementwise(t, y, args):
 
 
 def _args(n: int, many: bool, seed: int = 0) -> tuple:
-    """``many``: four parameter vectors of length ``n`` (>= 1024 parameters: blocks of steps
-    in the unbatched sweep); else two vectors and two scalars."""
+    """``many``: four parameter vectors of length ``n`` (>= 1024 parameters for ``n = 256``:
+    blocks of steps in the unbatched sweep); else two vectors and two scalars."""
     rng = np.random.default_rng(seed)
     vectors = tuple(jnp.asarray(rng.uniform(0.5, 1.5, n)) for _ in range(4 if many else 2))
     return vectors if many else vectors + (jnp.asarray(1.0), jnp.asarray(0.2))
@@ -51,8 +51,9 @@ def _args(n: int, many: bool, seed: int = 0) -> tuple:
 # (state size, many parameters): the three paths of the unbatched reverse sweep.
 PATHS = {
     "blocks": (256, True),  # blocks of four steps, isolated stage VJPs (branches)
-    "one-step": (3, False),  # a block of one step, no branches
+    "one-step": (3, True),  # a block of one step (12 parameters), no branches
     "joint": (40, False),  # joint stage VJPs in branches, no block rows
+    "small-joint": (3, False),  # the same for a small state with 8 parameters
 }
 CHECKPOINTS = {
     "StoreStates": ja.StoreStates(), "StoreStages": ja.StoreStages(),
@@ -99,7 +100,7 @@ def test_paths_are_the_intended_ones():
         args = _args(n, many)
         blocks, joint = _reverse.block_size(args, n), _reverse.joint_stage_vjps(args, n)
         assert (blocks, joint) == {"blocks": (4, False), "one-step": (1, False),
-                                   "joint": (1, True)}[path]
+                                   "joint": (1, True), "small-joint": (1, True)}[path]
 
 
 # Every reverse path and every strategy, each once (all nine pairs cost ~2 min more of
@@ -107,7 +108,8 @@ def test_paths_are_the_intended_ones():
 # runs every strategy on every path).
 @pytest.mark.parametrize(
     "path, checkpoint",
-    [("blocks", "StoreStates"), ("one-step", "Recursive"), ("joint", "StoreStages")],
+    [("blocks", "StoreStates"), ("one-step", "Recursive"), ("joint", "StoreStages"),
+     ("small-joint", "Recursive")],
 )
 def test_each_lane_is_its_unbatched_gradient(path, checkpoint):
     args, y0s = _problem(path)
