@@ -169,7 +169,7 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
     closed = jax.make_jaxpr(field)(t, y, leaves)
     num_y = len(jax.tree.leaves(y))
     if _jumps_in_state(closed.jaxpr, num_y):
-        warn(STATE_SWITCH_DERIVATIVE, TimeSwitchWarning)
+        warn(STATE_SWITCH_DERIVATIVE, TimeSwitchWarning, every_trace=True)
     # One flag per leaf of ``params`` (``perturbed`` has leaves where ``params`` has None).
     flags = jax.tree.leaves(jax.tree.map(
         lambda p, f: None if p is None else (f is not None and f is not False),
@@ -188,7 +188,7 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
         "whatever the solver. Make the switch an `Event` with the condition "
         "`t - t_switch` (README, 'Inputs that switch in time'), which differentiates it. "
         "(Silence with `warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-        TimeSwitchWarning)
+        TimeSwitchWarning, every_trace=True)
 
 
 def _field_jaxpr(rhs: Callable, t0: Any, y0: Any, args: Any) -> jex.Jaxpr:
@@ -250,7 +250,7 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
             "was 4e-11 off). Make the switch an `Event` with a mode variable in the state "
             "(README, 'Inputs that switch in time'), or use Rodas4. (Silence with "
             "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-            TimeSwitchWarning)
+            TimeSwitchWarning, every_trace=True)
     if not _switches_in_time(jaxpr):
         return
     warn(
@@ -263,4 +263,4 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         "many data points, land the steps on them (README, 'Inputs that switch in "
         "time'). (Silence with "
         "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-        TimeSwitchWarning)
+        TimeSwitchWarning, every_trace=True)

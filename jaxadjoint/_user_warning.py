@@ -28,11 +28,25 @@ def _outside(filename: str) -> bool:
     return not path.startswith(_LIBRARY_DIRS) and not path.endswith(_PLUMBING)
 
 
-def warn(message: str, category: type[Warning] = UserWarning) -> None:
-    """`warnings.warn` at the innermost caller outside jaxadjoint, JAX and equinox."""
+def warn(message: str, category: type[Warning] = UserWarning, every_trace: bool = False
+         ) -> None:
+    """`warnings.warn` at the innermost caller outside jaxadjoint, JAX and equinox.
+
+    Python shows a warning once per line by default.  With ``every_trace`` it is shown
+    each time this runs (each time a solve is traced: a new `jax.grad`, new options), for
+    warnings about a derivative that is silently wrong: a notebook that took one gradient
+    and then another from the same line saw the warning only for the first (a battery
+    modeller's test, 2026-11-29).  Filters still apply (``"ignore"`` silences it).
+    """
     frame = sys._getframe(1)
     level = 2
     while frame is not None and not _outside(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
+    if every_trace and frame is not None:
+        # No registry: nothing remembers that this line has warned before.
+        warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                               module=frame.f_globals.get("__name__"), registry=None,
+                               module_globals=frame.f_globals)
+        return
     warnings.warn(message, category, stacklevel=level if frame is not None else 2)

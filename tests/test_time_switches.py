@@ -132,6 +132,26 @@ def test_differentiating_a_switch_time_warns(differentiate, sensitivity):
     assert "`Event` with the condition `t - t_switch`" in message
 
 
+def test_the_warning_comes_at_every_trace():
+    """Under Python's default filter a warning shows once per line; a notebook that took a
+    second gradient (another solver) from the same line got a silent 0 (a battery
+    modeller's test).  Each trace warns."""
+
+    def rhs(t, y, args):  # a function of its own: no trace of it is cached yet
+        return switch_time_in_args(t, y, args)
+
+    def end(T, solver):
+        args = {"k": jnp.asarray(1.0), "T": T}
+        return ja.solve(rhs, jnp.array([1.0]), 0.0, 3.0, args, solver=solver).ys[-1, 0]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for solver in (ja.Tsit5(), ja.Dopri5()):
+            jax.eval_shape(jax.grad(lambda T: end(T, solver)), jnp.asarray(1.0))
+    assert len([w for w in caught if issubclass(w.category, ja.TimeSwitchWarning)]) == 2
+    assert all(w.filename == __file__ for w in caught)
+
+
 def test_no_switch_time_warning_for_other_arguments():
     """Differentiating the rate alone (the switch time a constant) warns of nothing."""
     assert not _derivative_warnings(jax.grad, ja.DiscreteAdjoint(), argument="k")
