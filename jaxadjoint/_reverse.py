@@ -414,8 +414,9 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
     under `jax.jacrev` that is a reduction of (seeds, stages, parameters); XLA on CPU
     hands such small reductions to YNNPACK, which took 20-40 us for each of them (jaxlib
     0.10).  An 8-state spring chain with 20 parameters, `jax.jacrev` of 50 saves: 13.0 ms
-    against diffrax's 8.0 ms before, 4.4 ms with joint VJPs (float32; float64 12.0 and 6.0
-    against 11.0).  Where parameters enter through matrix products (GLV's interaction
+    against diffrax's 8.4 ms before, 4.4 ms (diffrax 8.0) with joint VJPs in float32;
+    12.0 and 6.0 ms against 11.0 in float64 (benchmarks/README.md, "Design
+    measurements").  Where parameters enter through matrix products (GLV's interaction
     matrix) the block VJP is one matrix product and stays.
     """
     if block_size(params, state_size) > 1:
