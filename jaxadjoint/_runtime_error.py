@@ -18,6 +18,7 @@ dominates small solves.  `tests/test_jaxpr.py` checks that gradients carry no ef
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,6 +34,24 @@ T = TypeVar("T")
 
 class GradientError(RuntimeError):
     """A derivative of a solve that must not be returned as a number."""
+
+
+class _WithoutGradientErrors(logging.Filter):
+    """Drops JAX's log record of a `GradientError` raised in a pure callback.
+
+    JAX logs every exception a pure callback raises, with the callback's traceback
+    (``jax.pure_callback failed``), before the error reaches the caller as a
+    `JaxRuntimeError` that carries our whole message.  For a `GradientError` that record
+    says nothing more, and a sampler that catches the error and goes on printed ten lines
+    of it per rejected point (a UQ tester's log, 2026-11-29).  Other exceptions keep it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, GradientError)
+
+
+logging.getLogger("jax._src.callback").addFilter(_WithoutGradientErrors())
 
 
 def raise_if(x: T, pred: Array, message: Callable[..., str], *values: Array) -> T:

@@ -706,6 +706,21 @@ def test_differentiating_a_failed_solve_raises():
         jax.block_until_ready(sc.run(DIFF, 0.1, 60.0, (0.4, 0.7, 1.9), kwargs))
 
 
+def test_a_refused_gradient_logs_no_callback_traceback(caplog):
+    """JAX logs every exception of a pure callback with its traceback; for our refusals
+    (a `GradientError`, whose whole message the raised error carries) that is dropped: a
+    sampler that rejects failed points printed ten lines per point (a UQ tester's log)."""
+
+    def loss(k):  # y' = 50 y^3 blows up at t = 0.01
+        sol = ja.solve(lambda t, y, k: -k * y**3, jnp.ones(1), 0.0, 1.0, k, max_steps=16,
+                       throw=False)
+        return jnp.sum(sol.ys)
+
+    with caplog.at_level("DEBUG"), pytest.raises(Exception, match="was differentiated"):
+        jax.grad(loss)(-50.0)
+    assert not [r for r in caplog.records if r.name == "jax._src.callback"]
+
+
 @pytest.mark.parametrize("sensitivity", [ja.DiscreteAdjoint(), ja.ContinuousAdjoint()],
                          ids=["DiscreteAdjoint", "ContinuousAdjoint"])
 @pytest.mark.parametrize("mode", ["jvp", "jacfwd", "hessian", "jit-hessian"])
