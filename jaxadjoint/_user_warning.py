@@ -33,7 +33,8 @@ def warn(message: str, category: type[Warning] = UserWarning, every_trace: bool 
     """`warnings.warn` at the innermost caller outside jaxadjoint, JAX and equinox.
 
     Python shows a warning once per line by default.  With ``every_trace`` it is shown
-    each time this runs (each time a solve is traced: a new `jax.grad`, new options), for
+    each time this runs (each time a solve is traced: another solver, other static
+    options, a new ``rhs``), for
     warnings about a derivative that is silently wrong: a notebook that took one gradient
     and then another from the same line saw the warning only for the first (a battery
     modeller's test, 2026-11-29).  Filters still apply (``"ignore"`` silences it).
