@@ -112,9 +112,8 @@ def tracing_lanes() -> Iterator[None]:
     """Trace reverse steps for the lanes of a batch of solves (`_batched_reverse`).
 
     There small states keep their joint stage VJPs inline (`isolated_vjps`): the branches
-    that keep one solve's checkpoint strategies bitwise alike made the batched gradient of
-    an 8-state spring chain (20 parameters) 2-10 % slower, and lanes of a batch round like
-    a batched program anyway.
+    that speed up one solve's `jax.jacrev` made the batched gradient of an 8-state spring
+    chain (20 parameters) 2-10 % slower.
     """
     token = _TRACING_LANES.set(True)
     try:
@@ -154,10 +153,10 @@ def isolated_vjps(params: Any, state_size: int, with_params: bool) -> bool:
 
     From `ISOLATED_VJP_MIN_SIZE` state components on; smaller states skip the branch (it
     costs more than a small stage's recomputation), except for their joint VJPs in one
-    solve's sweep (`joint_stage_vjps`): there the branch materialises ``kbar`` once, so
-    that `StoreStates`, `StoreStages` and `Recursive` stay bitwise alike (inline, XLA
-    recomputed it inside the parameter part's products and rounded it differently where a
-    stage was loaded; `tests/test_bitwise.py`).  Not for VJPs that also give the
+    solve's sweep (`joint_stage_vjps`): with the branch, `jax.jacrev` of a spring chain's
+    saves took 0.50x the old path's time, inline 0.58x (Lotka–Volterra 0.54x and 1.01x),
+    and `Recursive` stays bitwise equal to `StoreStates` (a Kepler orbit with Vern8,
+    `tests/test_bitwise.py`).  Not for VJPs that also give the
     parameter part when the parameters are many (`block_size` above one): that happens
     only in the batched reverse pass (`_batched_reverse`), where the part is a
     lanes x parameters array.  Out of a branch, each stage's rank-one updates fuse into one
@@ -403,9 +402,9 @@ def joint_stage_vjps(params: Any, state_size: int) -> bool:
 
     True for states of at least `ISOLATED_VJP_MIN_SIZE` components with few parameters,
     and for smaller states with fewer than `JOINT_PARAMS_PER_STATE` parameters per component.
-    Each joint VJP then runs in its own branch (`_apply_vjp`), so every consumer sees the
-    same materialised ``kbar``, and the right-hand side is linearised once per stage (a
-    separate parameter VJP would linearise it again).  The other small states (a
+    Each joint VJP then runs in its own branch (`_apply_vjp`, `isolated_vjps`), so every
+    consumer sees the same materialised ``kbar``, and the right-hand side is linearised
+    once per stage (a separate parameter VJP would linearise it again).  The other small states (a
     10-species GLV: 110 parameters) take the parameter adjoint per step, as a block of
     one step: one VJP over the step's stage rows, in one branch a step.
 
