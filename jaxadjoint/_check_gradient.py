@@ -268,7 +268,8 @@ class GradientCheck:
                 amplified = ""
             return (
                 "UNRELIABLE: the derivative of the discretisation has not converged to the "
-                "derivative of the ODE (it changes with the tolerance far beyond truncation). "
+                "derivative of the ODE (it changes with the tolerance by more than truncation "
+                "explains). "
                 "Typical causes: a stiff problem solved with an explicit method (steps on "
                 "the stability boundary: use a Rosenbrock solver such as ja.Rodas5()); a "
                 "tolerance too loose for the gradient, which can converge more slowly than "
