@@ -34,10 +34,10 @@ def warn(message: str, category: type[Warning] = UserWarning, every_trace: bool 
 
     Python shows a warning once per line by default.  With ``every_trace`` it is shown
     each time this runs (each time a solve is traced: another solver, other static
-    options, a new ``rhs``), for
-    warnings about a derivative that is silently wrong: a notebook that took one gradient
-    and then another from the same line saw the warning only for the first (a battery
-    modeller's test, 2026-11-29).  Filters still apply (``"ignore"`` silences it).
+    options, a new ``rhs``), for warnings about a derivative that is silently wrong: a
+    notebook that took one gradient and then another from the same line saw the warning
+    only for the first (a battery modeller's test, 2026-11-29).  Filters still apply
+    (``"ignore"`` silences it).
     """
     frame = sys._getframe(1)
     level = 2
