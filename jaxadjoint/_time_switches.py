@@ -79,6 +79,13 @@ class TimeSwitchWarning(UserWarning):
     """The right-hand side switches in time where the solver's error estimate cannot see it."""
 
 
+def _warn_switch(message: str) -> None:
+    """A `TimeSwitchWarning` at every trace (`_user_warning.warn`), saying how to silence it."""
+    warn(message + " (Silence with "
+         "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
+         TimeSwitchWarning, every_trace=True)
+
+
 # The name of the jitted function every `jaxadjoint.solve` runs (`_integrate`).
 SOLVE_NAME = "_jaxadjoint_solve"
 
@@ -169,7 +176,7 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
     closed = jax.make_jaxpr(field)(t, y, leaves)
     num_y = len(jax.tree.leaves(y))
     if _jumps_in_state(closed.jaxpr, num_y):
-        warn(STATE_SWITCH_DERIVATIVE, TimeSwitchWarning, every_trace=True)
+        _warn_switch(STATE_SWITCH_DERIVATIVE)
     # One flag per leaf of ``params`` (``perturbed`` has leaves where ``params`` has None).
     flags = jax.tree.leaves(jax.tree.map(
         lambda p, f: None if p is None else (f is not None and f is not False),
@@ -179,16 +186,14 @@ def warn_if_differentiating_a_switch_time(rhs: Callable, t: Any, y: Any, params:
     marks = [_TIME] + [0] * num_y + [_DIFFERENTIATED if flag else 0 for flag in flags]
     if len(marks) != len(closed.jaxpr.invars) or not _compares_both(closed.jaxpr, marks):
         return
-    warn(
+    _warn_switch(
         "`rhs` compares the time `t` with a value computed from an argument you are "
         "differentiating (for example `jnp.where(t > t_switch, a, b)` with `t_switch` in "
         "`args`): a comparison has a zero derivative, so the gradient does not see the "
         "switch move. If `rhs` jumps there, the derivative in that time is lost (an "
         "epidemic model's lockdown date: 0 where central differences give 0.105), "
         "whatever the solver. Make the switch an `Event` with the condition "
-        "`t - t_switch` (README, 'Inputs that switch in time'), which differentiates it. "
-        "(Silence with `warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-        TimeSwitchWarning, every_trace=True)
+        "`t - t_switch` (README, 'Inputs that switch in time'), which differentiates it.")
 
 
 def _field_jaxpr(rhs: Callable, t0: Any, y0: Any, args: Any) -> jex.Jaxpr:
@@ -228,8 +233,7 @@ STATE_SWITCH_DERIVATIVE = (
     "came out 2.9 where finite differences give 21.2). Make the switch an `Event` whose "
     "condition is the switched quantity and whose jump sets a mode variable kept in the "
     "state (README, 'Inputs that switch in time'); jaxadjoint.check_gradient tells whether "
-    "this gradient is usable. (Silence with "
-    "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)"
+    "this gradient is usable."
 )
 
 
@@ -240,7 +244,7 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         return
     jaxpr = _field_jaxpr(rhs, t0, y0, args)
     if _jumps_in_state(jaxpr, len(jax.tree.leaves(y0))):
-        warn(
+        _warn_switch(
             "`rhs` jumps on the state `y` (a comparison, `jnp.where` or `lax.cond` on `y`, "
             "sign, floor: an ideal diode, a clamp): where the solution crosses it, "
             f"{type(solver).__name__}'s error estimate does not see a step across the "
@@ -248,12 +252,10 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
             "on the same side), and the solution can be wrong by far more than `rtol` with "
             "no other sign (an ideal-diode clamp: 0.085 off at rtol=1e-10, where Rodas4 "
             "was 4e-11 off). Make the switch an `Event` with a mode variable in the state "
-            "(README, 'Inputs that switch in time'), or use Rodas4. (Silence with "
-            "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-            TimeSwitchWarning, every_trace=True)
+            "(README, 'Inputs that switch in time'), or use Rodas4.")
     if not _switches_in_time(jaxpr):
         return
-    warn(
+    _warn_switch(
         "`rhs` switches on the time `t` (a `jnp.where`, `lax.cond`, table lookup, floor, "
         "sign, max/min or abs of t): if it switches or kinks there, "
         f"{type(solver).__name__}'s error estimate does not see a step across the switch, "
@@ -261,6 +263,4 @@ def warn_if_switching_in_time(solver: Any, rhs: Callable, t0: Any, y0: Any, args
         "switched infusion: 3e-4 at rtol=1e-9). Make the switch an `Event` (also the only "
         "way to differentiate in its time), or use Rodas4; for an input interpolated from "
         "many data points, land the steps on them (README, 'Inputs that switch in "
-        "time'). (Silence with "
-        "`warnings.simplefilter('ignore', jaxadjoint.TimeSwitchWarning)`.)",
-        TimeSwitchWarning, every_trace=True)
+        "time').")
