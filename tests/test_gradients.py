@@ -97,6 +97,44 @@ def test_blocked_reverse_pass():
         assert np.all(np.asarray(d_args["P"]) != 0)
 
 
+@pytest.mark.parametrize("checkpoint", [ja.StoreStates(), ja.StoreStages(), ja.Recursive(2)],
+                         ids=["StoreStates", "StoreStages", "Recursive"])
+def test_joint_stage_vjps_of_a_small_state(checkpoint):
+    """A small state with fewer than 4 parameters per component takes joint stage VJPs in
+    branches (`_reverse.joint_stage_vjps`): `jax.jacrev` of its saves and of the integral
+    (cotangent seeds batched) is the replay's, for every checkpoint strategy."""
+    from jaxadjoint._reverse import ISOLATED_VJP_MIN_SIZE, joint_stage_vjps
+
+    def rhs(t, y, p):
+        return jnp.stack([p["a"] * y[0] - p["b"][0] * y[0] * y[1],
+                          -p["b"][1] * y[1] + 0.3 * y[0] * y[1] + 0.1 * jnp.sin(t)])
+
+    def integrand(t, y, p):
+        return p["a"] * y**2
+
+    p = {"a": jnp.asarray(1.1), "b": jnp.array([0.4, 0.5])}
+    y0, saveat = jnp.array([1.0, 0.8]), np.array([0.0, 0.7, 0.7, 2.0, 3.0])
+    assert joint_stage_vjps(p, 2) and 2 < ISOLATED_VJP_MIN_SIZE
+
+    def solve(y0, p):
+        return ja.solve(rhs, y0, 0.0, 3.0, p, saveat=jnp.asarray(saveat), integrand=integrand,
+                        rtol=1e-7, atol=1e-7, sensitivity=ja.DiscreteAdjoint(checkpoint))
+
+    def outputs(y0, p):
+        sol = solve(y0, p)
+        return sol.ys, sol.integral
+
+    jac = jax.jit(jax.jacrev(outputs, argnums=(0, 1)))(y0, p)
+    grid = helpers.accepted_grid(solve(y0, p))
+    assert grid.size > 8
+
+    def ref_outputs(y0, p):
+        return helpers.replay(rhs, ja.Dopri5().tableau, y0, p, grid, saveat, integrand)
+
+    ref = jax.jacrev(ref_outputs, argnums=(0, 1))(y0, p)
+    assert helpers.max_rel_diff(jac, ref) < 1e-12
+
+
 def test_python_closure_rhs():
     """Arrays closed over by a plain Python function are differentiated (closure conversion)."""
     A = jnp.array([[-0.3, 1.1], [-0.9, -0.2]])
