@@ -149,8 +149,11 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         system, params, direction, store, grid, num_accepted, lam, pbar, mu, saves
     )
     lam, pbar = raise_if_blown_up(health, lam, pbar, direction, given_finite)
-    lam = raise_if_unresolved(lam, health, direction, type(system.solver).__name__,
-                              sens.accept_stiff_steps)
+    # Tied to both: a check tied to ``lam`` alone was dropped by XLA when only parameters
+    # were differentiated (``dL/dy0`` unused), and a gradient 1e26 times too large was
+    # returned (a neural field turned stiff, acceptance test 2026-12-07).
+    lam, pbar = raise_if_unresolved((lam, pbar), health, direction,
+                                    type(system.solver).__name__, sens.accept_stiff_steps)
 
     def integrand_dot(t, y):
         if not system.has_integrand:

@@ -250,15 +250,23 @@ def raise_if_blown_up(
     finite = all_finite(lam, pbar)
 
     def message(step: np.ndarray, time: np.ndarray) -> str:
-        where = (
-            f"while reversing accepted step {int(step)} (which starts at t = {float(time):.6g})"
-            if step >= 0 else "in the parameter cotangents (the state adjoint stayed finite)"
-        )
+        if step >= 0:
+            what = (
+                f"The adjoint blew up while reversing accepted step {int(step)} (which starts "
+                f"at t = {float(time):.6g}): dL/dy grew by more than {BLOW_UP:.0e} beyond "
+                f"{ALLOWANCE:g}x per step, or became NaN/Inf, so the gradient is not returned. "
+                "No accepted step of an error-controlled solve explains such growth."
+            )
+        else:
+            what = (
+                "The adjoint blew up in the gradient's last sums: dL/dy stayed finite and "
+                "within bounds step by step, but the parameter cotangents or dL/dy0 came out "
+                "NaN or Inf (they add up every stage's contribution, which can overflow, or "
+                "the derivative of the right-hand side in its parameters is itself NaN/Inf), "
+                "so the gradient is not returned."
+            )
         return (
-            f"The adjoint blew up {where}: dL/dy grew by more than "
-            f"{BLOW_UP:.0e} beyond {ALLOWANCE:g}x per step, or became NaN/Inf, so the "
-            "gradient is not returned. No accepted step of an error-controlled solve "
-            "explains such growth. If sol.stats['num_stiff_steps'] is above 0, steps at or "
+            what + " If sol.stats['num_stiff_steps'] is above 0, steps at or "
             "beyond the explicit method's stability boundary are the likely cause (fixed "
             "steps, ConstantStep or a fixed-step solver's dt0, past the boundary make the "
             "solution itself wrong): use smaller fixed steps, an adaptive controller or a "
@@ -283,7 +291,8 @@ def raise_if_unresolved(x: T, health: Health, direction: Array, solver_name: str
                         accept: bool) -> T:
     """``x``, unchanged; fails the gradient where the adjoint grew by `UNRESOLVED_GROWTH`
     over steps that do not resolve it (module docstring), unless ``accept`` (the method's
-    ``accept_stiff_steps``).  ``x`` must be a value the gradient returns (`raise_if`)."""
+    ``accept_stiff_steps``).  ``x`` must hold every value the gradient returns (the state
+    and the parameter cotangents: `raise_if`'s check runs only while its result is read)."""
     if accept:
         return x
 

@@ -361,10 +361,12 @@ def _backward(
 BACKSOLVE_DRIFT = 100.0
 
 
-def _refuse_lost_state(lam: Array, system: System, problem: Problem, y_back: Array,
-                       y_final: Array, max_drift: float) -> Array:
-    """``lam``, unchanged; fails the gradient when backsolve's state, integrated back from
+def _refuse_lost_state(x: Any, system: System, problem: Problem, y_back: Array,
+                       y_final: Array, max_drift: float) -> Any:
+    """``x``, unchanged; fails the gradient when backsolve's state, integrated back from
     ``y(t1)``, arrives at ``t0`` more than ``max_drift`` tolerance units away from ``y0``.
+    ``x`` holds the state and the parameter cotangents, every value the gradient returns, so
+    that the check is not dropped with an unused one.
 
     The unit is the forward solve's at the larger of the two ends, component by component:
     a component that starts at zero and grows (a CNF's log-density, an accumulated dose) is
@@ -404,7 +406,7 @@ def _refuse_lost_state(lam: Array, system: System, problem: Problem, y_back: Arr
             "refuses)."
         )
 
-    return raise_if(lam, failed, message, drift)
+    return raise_if(x, failed, message, drift)
 
 
 @eqx.filter_custom_vjp
@@ -444,7 +446,8 @@ def _solve_bwd(residuals, grad_obj, perturbed, problem, system, sens):
         sens, system, problem, params_on, params_off, ys_bar, mu, y_final, trajectory
     )
     if y_back is not None:
-        lam = _refuse_lost_state(lam, system, problem, y_back, y_final, sens.max_drift)
+        lam, pbar_flat = _refuse_lost_state((lam, pbar_flat), system, problem, y_back,
+                                            y_final, sens.max_drift)
     # A failed backward solve, or a non-finite adjoint, is never returned as a number
     # (whatever `throw` says about the forward solve).
     # Its own message: the forward solve's (e.g. "explicit methods need tiny steps")

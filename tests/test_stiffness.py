@@ -269,6 +269,21 @@ def test_an_integrand_feeding_a_near_zero_adjoint_is_no_blow_up(weight):
     np.testing.assert_allclose(got, jax.grad(loss)(y0, ja.DiscreteForward()), rtol=1e-13)
 
 
+def test_a_non_finite_parameter_cotangent_is_refused_without_blaming_dL_dy():
+    """``d sqrt(p) / dp`` at 0 is infinite: the parameter cotangent is NaN/Inf while the state
+    adjoint stays finite.  The message says so; it used to say that the state adjoint stayed
+    finite and that dL/dy grew by more than 1e8 in one sentence (acceptance test)."""
+
+    def loss(p):
+        return ja.solve(lambda t, y, p: -y + 1e-3 * jnp.sqrt(p), jnp.array([1.0]), 0.0, 1.0,
+                        p).ys[-1, 0]
+
+    with pytest.raises(Exception, match=r"dL/dy stayed finite and within bounds step by step, "
+                       r"but the parameter cotangents or dL/dy0 came out NaN or Inf") as info:
+        jax.block_until_ready(jax.grad(loss)(jnp.asarray(0.0)))
+    assert "grew by more than" not in str(info.value)
+
+
 def test_blow_up_with_an_integrand_is_still_refused():
     # The integrand feeds the adjoint of a, not the singular b: its floor explains nothing.
     def loss(y0, p):
@@ -340,6 +355,24 @@ def test_slow_growth_in_unresolved_components_is_refused(sensitivity):
     # The test can fail: what was refused is wrong by orders of magnitude.
     assert np.max(np.abs(wrong)) > 1e3 * np.max(np.abs(reference))
     assert max_rel_diff(good, reference) < 1e-2
+
+
+def test_slow_growth_is_refused_when_only_parameters_are_differentiated():
+    """The refusal is tied to the parameter cotangents as well: tied to ``dL/du0`` alone,
+    XLA dropped it when ``u0`` was not differentiated, and the wrong gradient was returned
+    (a neural field turned stiff: 1e26 times too large, acceptance test 2026-12-07)."""
+
+    @eqx.filter_jit
+    def speed_gradient(u0, c):
+        def loss(c):
+            sol = ja.solve(_advection, u0, 0.0, 5.0, c, solver=ja.Tsit5(), rtol=1e-3,
+                           atol=1e-3)
+            return jnp.sum(sol.ys[:, _SENSORS] ** 2)
+
+        return jax.grad(loss)(c)
+
+    with pytest.raises(Exception, match=r"Untrustworthy gradient: reversing the steps of Tsit5"):
+        jax.block_until_ready(speed_gradient(_ADVECTION_U0, jnp.asarray(1.0)))
 
 
 def test_slow_growth_is_refused_with_saves_and_under_vmap():
