@@ -55,6 +55,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from ._dense import DenseRows
+from ._user_warning import warn
 
 _DIRECTIONS = {1: 1, -1: -1, 0: 0, "rising": 1, "falling": -1, "either": 0}
 
@@ -162,6 +163,27 @@ def as_events(events: Any) -> tuple[Event, ...]:
             raise ValueError("`events` must not be an empty sequence (pass None for no events)")
         return tuple(events)
     raise TypeError(f"`events` must be a jaxadjoint.Event or a sequence of them, got {events!r}")
+
+
+def warn_of_roots_at_start(events: tuple[Event, ...], t0: Any, y0: Any, args: Any) -> None:
+    """Warn, on concrete values, for each event whose condition is exactly 0 at ``t0``.
+
+    Events fire where their condition crosses zero inside the solve; one that starts on its
+    root does not fire there.  A dosing table that starts at ``t = 0`` written as events
+    ``t - T_i`` lost its first dose without a word, and the concentrations were wrong until
+    the second (a pharmacometrician's acceptance test, 2026-12-07).  Only where every value
+    is concrete (a direct call): under `jax.jit` the condition's value is not known.
+    """
+    for i, event in enumerate(events):
+        try:
+            g = float(event.cond(jnp.asarray(t0), y0, args))
+        except Exception:  # noqa: BLE001 - the traced checks report bad conditions
+            continue
+        if g == 0.0:
+            warn(f"`events[{i}]`'s condition is 0 at t0 = {float(t0):g}: an event fires "
+                 "where its condition crosses zero after t0, so this one does not fire (nor "
+                 "jump) at t0. Apply a jump at the start (a dose at t0) to `y0` yourself; "
+                 "a condition that starts on its root fires at its next crossing.")
 
 
 def crossings(g_start: Array, g_end: Array, directions: tuple[int, ...]) -> Array:

@@ -16,7 +16,7 @@ from . import _validation as check
 from ._adjoint import DiscreteAdjoint
 from ._controllers import AbstractController, ConstantStep, IController, StepTo, Tolerances
 from ._dense import DenseInterpolation
-from ._events import Event, as_events
+from ._events import Event, as_events, warn_of_roots_at_start
 from ._fingerprint import fingerprint
 from ._saveat import SaveAt, as_saveat
 from ._segments import check_events, checked_condition, solve_events
@@ -246,6 +246,8 @@ def solve(
     eager = outside_jit and all(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
+    if eager and events:
+        warn_of_roots_at_start(events, t0, y0, args)
     t0, t1, rtol, atol, dt0, controller = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0,
                                                              controller)
     # Outside `jit`, what the functions read from globals is part of the cache key (traced

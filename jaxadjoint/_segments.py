@@ -44,6 +44,7 @@ from ._saveat import SaveAt
 from ._sensitivity_base import AbstractSensitivity, EventOutput, SolveOutput
 from ._sensitivity_common import fail_when_differentiated
 from ._solution import EventLog, Solution
+from ._stiffness import combine_segment_stats
 from ._system import Problem, System
 from ._validation import save_times_valid
 
@@ -249,7 +250,7 @@ def jump_segments(
     t_end = jnp.where(cut_short, problem.t1, t_end)
     y_end = jnp.where(cut_short, jnp.nan, y_end)
     # Empty segments (after the end) spend a few evaluations on their start: not counted.
-    stats = jax.tree.map(lambda x: jnp.sum(jnp.where(active, x, 0), axis=0), stats)
+    stats = combine_segment_stats(stats, active)
     if system.throw:
         ys, t_end, y_end, times, states = result.error_if(
             (ys, t_end, y_end, times, states), result != RESULTS.successful)

@@ -89,6 +89,26 @@ def tracker_stats(state: dict[str, Array], direction: Array) -> dict[str, Array]
     )
 
 
+def combine_segment_stats(stats: dict[str, Array], active: Array) -> dict[str, Array]:
+    """The stats of a solve cut into segments (at events, `_segments`), from each segment's
+    (leading axis; ``active`` marks the segments that ran).
+
+    Counts add up; the longest stiff run is the longest of any segment, with that segment's
+    start time (a run is counted within a segment, as the gradient's check sees it).  A sum
+    of run lengths and of their start times, as before, gave a start time past ``t1`` and a
+    run the check never saw (a PK user's stiff absorption with three doses, 2026-12-07).
+    """
+    out = {name: jnp.sum(jnp.where(active, x, 0), axis=0) for name, x in stats.items()
+           if name not in ("longest_stiff_run", "stiff_run_start")}
+    if "longest_stiff_run" in stats:
+        runs = jnp.where(active, stats["longest_stiff_run"], 0)
+        longest = jnp.argmax(runs)
+        out["longest_stiff_run"] = runs[longest]
+        out["stiff_run_start"] = jnp.where(runs[longest] > 0,
+                                           stats["stiff_run_start"][longest], jnp.nan)
+    return out
+
+
 def flag_stiff_gradient(x: T, system: Any, stats: dict[str, Array], accept: bool) -> T:
     """``x``, unchanged; raises at differentiation time when the solve has a stretch of
     `STIFF_RUN` steps.  ``x`` must be a value every derivative reads (`raise_if`).

@@ -24,6 +24,8 @@ ball are the models with some parameters set to zero).
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import helpers
 import jax
@@ -495,6 +497,55 @@ def test_a_dose_on_t1_has_its_left_derivative(checkpoint):
         np.testing.assert_allclose(reverse["T"], 0.5 * 3.0, rtol=1e-12)
         for key in p:
             np.testing.assert_allclose(reverse[key], forward[key], rtol=1e-12, atol=1e-15)
+
+
+def test_a_condition_on_its_root_at_t0_warns_on_a_direct_call():
+    """A dose at t0 as an event (``t - T`` with ``T = t0``) does not fire: a direct call says
+    so (it was dropped without a word, a PK acceptance test); one that starts off its root
+    does not warn."""
+    y0, p = jnp.array([1.0]), {"k": jnp.array(0.5), "T": jnp.array(0.0), "D": jnp.array(3.0)}
+    with pytest.warns(UserWarning, match=r"`events\[0\]`'s condition is 0 at t0 = 0: .* does "
+                      r"not fire \(nor jump\) at t0. Apply a jump at the start .* to `y0`"):
+        sol = ja.solve(lambda t, y, p: -p["k"] * y, y0, 0.0, 2.0, p, events=[_BOLUS])
+    assert int(sol.events.count) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sol = ja.solve(lambda t, y, p: -p["k"] * y, y0, 0.0, 2.0, dict(p, T=jnp.array(1.0)),
+                       events=[_BOLUS])
+    assert int(sol.events.count) == 1
+
+
+def _absorption(t, y, p):
+    # Gut -> plasma with a fast absorption rate: stiff for an explicit method once the gut
+    # is empty (Dopri5 rides its stability boundary there).
+    gut, plasma = y
+    return jnp.stack([-p["ka"] * gut, p["ka"] * gut - p["ke"] * plasma])
+
+
+def test_stiffness_stats_of_a_solve_with_jumps_are_those_of_its_segments():
+    """With doses as events, ``longest_stiff_run`` is the longest run of any segment and
+    ``stiff_run_start`` that run's start, as the gradient's refusal reports them; counts add
+    up.  Both used to be sums over the segments (a start time past ``t1``: 72.3 on [0, 48],
+    a PK acceptance test).  Compared with the two segments solved one after the other."""
+    p = {"ka": jnp.array(300.0), "ke": jnp.array(0.15), "T": jnp.array(4.0),
+         "D": jnp.array([5.0, 0.0])}
+    sol = ja.solve(_absorption, jnp.array([5.0, 0.0]), 0.0, 8.0, p, solver=ja.Dopri5(),
+                   events=[_BOLUS], max_events=2, rtol=1e-6, atol=1e-6, max_steps=8192)
+    assert int(sol.events.count) == 1
+    parts = [ja.solve(_absorption, jnp.array([5.0, 0.0]), 0.0, 4.0, p, solver=ja.Dopri5(),
+                      rtol=1e-6, atol=1e-6, max_steps=8192)]
+    parts.append(ja.solve(_absorption, parts[0].ys[-1] + p["D"], 4.0, 8.0, p,
+                          solver=ja.Dopri5(), rtol=1e-6, atol=1e-6, max_steps=8192))
+    runs = [int(s.stats["longest_stiff_run"]) for s in parts]
+    assert min(runs) > 0  # the test can fail: both segments have a run
+    longest = int(np.argmax(runs))
+    assert int(sol.stats["longest_stiff_run"]) == runs[longest]
+    np.testing.assert_allclose(sol.stats["stiff_run_start"],
+                               parts[longest].stats["stiff_run_start"], rtol=1e-6)
+    assert 0.0 <= float(sol.stats["stiff_run_start"]) <= 8.0
+    for name in ("num_stiff_steps", "num_accepted_steps"):
+        # (The step that locates the event is clipped at it: a step more or less.)
+        assert abs(int(sol.stats[name]) - sum(int(s.stats[name]) for s in parts)) <= 2
 
 
 # --- vmap, several conditions ---------------------------------------------------------------
