@@ -265,3 +265,29 @@ def test_library_products_are_not_rounded_to_tf32(case):
     highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
     assert all(e.params["precision"] == highest for e in products), [
         e.params["precision"] for e in products]
+
+
+def test_jacrev_of_a_large_implicit_solve_factorises_no_matrix_per_seed():
+    """`jax.jacrev` through an ESDIRK solve at ``N >= ITERATIVE_ADJOINT_MIN_SIZE``: the
+    reverse pass's fallback LU of ``M_i = I - gamma h J(Z_i)`` (when the transposed
+    iteration fails) stays unbatched.  Under a `jax.lax.cond` on the per-seed
+    ``converged`` it was one LU per seed, ``(seeds, N, N)``, on every implicit stage, and
+    two such batched LAPACK calls at once hung jaxlib's CPU backend (Burgers, N = 64)."""
+    from jaxadjoint.solvers._esdirk import ITERATIVE_ADJOINT_MIN_SIZE
+
+    size, outputs = ITERATIVE_ADJOINT_MIN_SIZE, 5
+    dx = 1.0 / size
+
+    def heat(t, u, k):
+        return k * (jnp.roll(u, 1) - 2 * u + jnp.roll(u, -1)) / dx**2
+
+    def observed(k):
+        u0 = jnp.sin(2 * jnp.pi * dx * jnp.arange(size, dtype=jnp.float64)) + 1.0
+        sol = ja.solve(heat, u0, 0.0, 0.1, k, solver=ja.Kvaerno5(), rtol=1e-6, atol=1e-6,
+                       max_steps=64)
+        return sol.ys[-1][:outputs]
+
+    jaxpr = jax.make_jaxpr(jax.jacrev(observed))(jnp.float64(0.01)).jaxpr
+    lus = [eqn.invars[0].aval.shape for eqn in equations(jaxpr) if eqn.primitive.name == "lu"]
+    assert (size, size) in lus, lus  # the reverse pass's fallback is in the program
+    assert all(len(shape) == 2 for shape in lus), lus

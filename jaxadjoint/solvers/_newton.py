@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from .._lanes import any_lane_cond
 from ._dense_lu import lu_factor, lu_solve
 from ._linear_solver import AbstractFactorisation
 
@@ -209,6 +210,16 @@ def solve_transposed_stage(
     to round-off, as a direct solve would give, and the adjoint stays the exact IFT
     derivative.  If it diverges (``theta >= 1`` above round-off) or has not converged
     after ``max_iterations``, ``direct(kbar)`` (an LU of ``M_i``) gives the answer.
+
+    That fallback is an `_lanes.any_lane_cond`, not a `jax.lax.cond`: under `jax.jacrev`
+    the reverse pass runs under `jax.vmap` over the cotangent seeds, ``converged`` differs
+    between seeds, and a `cond` on it became a select that broadcast ``Z_i`` to every seed
+    first, so ``M_i`` was formed and factorised once per seed on every stage of every step
+    (a Burgers grid of 64 points, 12 outputs: six ``(12, 64, 64)`` LUs in the program) even
+    where all seeds converged.  Those batched LUs also hung jaxlib's CPU LAPACK kernels
+    (two at once, each waiting on XLA's thread pool for its share of the batch; seen at
+    N = 64 and 256 on 2 cores).  Now ``M_i`` stays unbatched, is factorised once if any
+    seed needs it, and each seed that did not converge takes its solve from it.
     """
     eps = jnp.finfo(kbar.dtype).eps
 
@@ -234,4 +245,9 @@ def solve_transposed_stage(
     zero = jnp.zeros((), kbar.dtype)
     init = (jnp.int32(0), jnp.zeros_like(kbar), zero, jnp.array(False), jnp.array(False))
     _, u, _, converged, _ = jax.lax.while_loop(running, body, init)
-    return jax.lax.cond(converged, lambda kbar: u, direct, kbar)
+
+    def with_direct(kbar: Array, u: Array, converged: Array) -> Array:
+        return jnp.where(converged, u, direct(kbar))
+
+    return any_lane_cond(~converged, with_direct, lambda kbar, u, converged: u,
+                         kbar, u, converged)
