@@ -165,8 +165,9 @@ def as_events(events: Any) -> tuple[Event, ...]:
     raise TypeError(f"`events` must be a jaxadjoint.Event or a sequence of them, got {events!r}")
 
 
-def warn_of_roots_at_start(events: tuple[Event, ...], t0: Any, y0: Any, args: Any) -> None:
-    """Warn, on concrete values, for each event whose condition is exactly 0 at ``t0``.
+def warn_of_roots_at_start(events: tuple[Event, ...], t0: Array, y0: Any, args: Any) -> None:
+    """Warn, on concrete values, for each event whose condition is exactly 0 at ``t0`` (the
+    solve's start time, an array in the state's dtype).
 
     Events fire where their condition crosses zero inside the solve; one that starts on its
     root does not fire there.  A dosing table that starts at ``t = 0`` written as events
@@ -176,7 +177,7 @@ def warn_of_roots_at_start(events: tuple[Event, ...], t0: Any, y0: Any, args: An
     """
     for i, event in enumerate(events):
         try:
-            g = float(event.cond(jnp.asarray(t0), y0, args))
+            g = float(event.cond(t0, y0, args))
         except Exception:  # noqa: BLE001 - the traced checks report bad conditions
             continue
         if g == 0.0:

@@ -246,10 +246,10 @@ def solve(
     eager = outside_jit and all(
         check.is_concrete(x) for x in jax.tree.leaves(
             (y0, t0, t1, args, saveat, rhs, integrand, rtol, atol, dt0, controller)))
-    if eager and events:
-        warn_of_roots_at_start(events, t0, y0, args)
     t0, t1, rtol, atol, dt0, controller = _numbers_as_arrays(y0, t0, t1, rtol, atol, dt0,
                                                              controller)
+    if eager and events:
+        warn_of_roots_at_start(events, t0, y0, args)
     # Outside `jit`, what the functions read from globals is part of the cache key (traced
     # at `t0` as the solve will have it: a Python int `t0` would give another jaxpr).
     reads = fingerprint(

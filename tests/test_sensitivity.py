@@ -461,6 +461,11 @@ def test_backsolve_that_loses_the_state_is_refused():
                        r"y\(t1\) .* arrived at t0 [0-9.e+]+ tolerance units .*more than "
                        r"max_drift=100\).*max_drift=\.\.\."):
         jax.block_until_ready(grad(y0, k, ja.ContinuousAdjoint(state="backsolve"), 2.0))
+    # Also when only the rates are differentiated, dL/dy0 unused (the check is tied to the
+    # rates' cotangents too; here it also held when tied to dL/dy0 alone).
+    grad_k = eqx.filter_jit(jax.grad(loss, argnums=1))
+    with pytest.raises(Exception, match=r"state='backsolve'\) integrates the state back"):
+        jax.block_until_ready(grad_k(y0, k, ja.ContinuousAdjoint(state="backsolve"), 2.0))
     # Accepted where the user says so (an FFJORD user's opt-out), and then off.
     accepted = grad(y0, k, ja.ContinuousAdjoint(state="backsolve", max_drift=float("inf")), 2.0)
     # d y_2(2) / d k_2 is -4 e^(-60) ~ -3.5e-26; off the trajectory it came out -5.4e-9.

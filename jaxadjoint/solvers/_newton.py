@@ -218,7 +218,7 @@ def solve_transposed_stage(
     (a Burgers grid of 64 points, 12 outputs: six ``(12, 64, 64)`` LUs in the program) even
     where all seeds converged.  Those batched LUs also hung jaxlib's CPU LAPACK kernels
     (two at once, each waiting on XLA's thread pool for its share of the batch; seen at
-    N = 64 and 256 on 2 cores).  Now ``M_i`` stays unbatched, is factorised once if any
+    N = 32, 48, 64 and 256 on 2 cores).  Now ``M_i`` stays unbatched, is factorised once if any
     seed needs it, and each seed that did not converge takes its solve from it.
     """
     eps = jnp.finfo(kbar.dtype).eps
